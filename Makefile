@@ -1,0 +1,40 @@
+# Flux developer entry points. `make up` and `make test` are the README quick start.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.flux-installed
+PYTEST_ARGS ?=
+
+.PHONY: up down status test lint bench clean install
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Start a local cluster in the background and print its bootstrap servers.
+up: $(STAMP)
+	$(BIN)/fluxctl cluster up
+
+## Stop the local cluster started by `make up`.
+down: $(STAMP)
+	$(BIN)/fluxctl cluster down
+
+status: $(STAMP)
+	$(BIN)/fluxctl cluster status
+
+## Run the whole test suite in parallel.
+test: $(STAMP)
+	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check protocol storage cluster controller sdk cli chaos spark tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/produce_consume.py
+
+clean:
+	rm -rf $(VENV) .flux build *.egg-info
