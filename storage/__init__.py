@@ -1,1 +1,39 @@
+"""``flux.storage``: partition logs on disk and in memory, and node-local LMDB stores.
 
+Imports nothing else of Flux (DESIGN.md §2). The public API:
+
+- ``PartitionLog`` / ``MemoryLog`` (one interface, ``Log`` is their union),
+  configured by ``LogConfig``; ``append`` returns ``AppendResult``; batch
+  headers are described by ``BatchInfo``.
+- ``CheckpointStore``: small transactional node-local state in LMDB.
+- errors: ``StorageError`` and its subclasses (see ``flux.storage.errors``).
+"""
+
+from flux.storage.batch import AppendResult, BatchInfo
+from flux.storage.checkpoints import CheckpointStore
+from flux.storage.config import LogConfig
+from flux.storage.errors import (
+    CorruptBatchError,
+    LogClosedError,
+    OffsetMismatchError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    StorageError,
+)
+from flux.storage.log import Log, MemoryLog, PartitionLog
+
+__all__ = [
+    "AppendResult",
+    "BatchInfo",
+    "CheckpointStore",
+    "CorruptBatchError",
+    "Log",
+    "LogClosedError",
+    "LogConfig",
+    "MemoryLog",
+    "OffsetMismatchError",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "RecordBatchTooLargeError",
+    "StorageError",
+]

@@ -1,0 +1,260 @@
+"""Node configuration: one TOML file per node, every key overridable by a ``FLUX_`` variable.
+
+The schema below is the single list of keys a node understands. Loading is strict: an unknown
+section or key, or a value of the wrong type or out of range, raises ``ConfigError`` whose
+message names the key (``broker.kafka_port: expected an integer in 1..65535, got 'x'``), and
+the node refuses to start.
+
+Environment overrides use ``FLUX_<SECTION>__<KEY>`` (two underscores between section and key,
+upper case), e.g. ``FLUX_BROKER__KAFKA_PORT=19092``. Values are parsed as TOML values when they
+look like one (numbers, booleans, arrays) and as plain strings otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConfigError", "NodeConfig", "SCHEMA", "load_config", "parse_config"]
+
+_MS_DAY = 24 * 3600 * 1000
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the offending key."""
+
+
+@dataclass(frozen=True)
+class _Key:
+    default: Any
+    check: Callable[[Any], Any]  # returns the normalized value or raises ValueError(description)
+    doc: str
+
+
+def _int(low: int | None = None, high: int | None = None) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer{_range(low, high)}, got {value!r}")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"expected an integer{_range(low, high)}, got {value!r}")
+        return value
+
+    return check
+
+
+def _range(low: int | None, high: int | None) -> str:
+    if low is not None and high is not None:
+        return f" in {low}..{high}"
+    if low is not None:
+        return f" >= {low}"
+    return ""
+
+
+def _str(choices: tuple[str, ...] | None = None) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _roles(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"expected a non-empty list of roles, got {value!r}")
+    for role in value:
+        if role not in ("broker", "controller"):
+            raise ValueError(f"unknown role {role!r} (expected broker or controller)")
+    return tuple(dict.fromkeys(value))
+
+
+def _str_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+_PORT = _int(0, 65535)
+_MS = _int(-1)
+
+SCHEMA: dict[str, dict[str, _Key]] = {
+    "node": {
+        "id": _Key(1, _int(0, 2**31 - 1), "broker/controller id, unique in the cluster"),
+        "roles": _Key(("broker",), _roles, "broker and/or controller"),
+        "data_dir": _Key("./data", _str(), "directory owned by this node"),
+        "log_level": _Key("INFO", _str(("DEBUG", "INFO", "WARNING", "ERROR")), "logging level"),
+        "cluster_id": _Key("flux-local", _str(), "cluster id reported to clients"),
+    },
+    "broker": {
+        "host": _Key("127.0.0.1", _str(), "address the listeners bind"),
+        "advertised_host": _Key("", _str(), "host clients are told to use (default: host)"),
+        "kafka_port": _Key(9092, _PORT, "Kafka protocol listener port (0 = any free port)"),
+        "http_port": _Key(0, _PORT, "HTTP API port (0 = any free port)"),
+        "rack": _Key("", _str(), "rack id reported in metadata"),
+        "auto_create_topics": _Key(True, _bool, "create unknown topics on metadata/produce"),
+        "message_max_bytes": _Key(1048588, _int(1024), "largest record batch accepted"),
+        "socket_request_max_bytes": _Key(104857600, _int(1024), "largest request frame"),
+        "max_connections": _Key(1000, _int(1), "client connections accepted at once"),
+        "fetch_max_bytes": _Key(57671680, _int(1024), "upper bound of one fetch response"),
+        "retention_check_interval_ms": _Key(300000, _int(10), "how often retention runs"),
+        "flush_check_interval_ms": _Key(1000, _int(10), "how often the flush.ms policy runs"),
+        "request_timeout_ms": _Key(30000, _int(1), "upper bound for any delayed request"),
+    },
+    "controller": {
+        "raft_port": _Key(0, _PORT, "Raft transport port"),
+        "http_port": _Key(0, _PORT, "controller HTTP port"),
+        "voters": _Key((), _str_list, "quorum voters as id@host:port"),
+        "secret": _Key("", _str(), "cluster shared secret for the Raft transport"),
+    },
+    "topic": {
+        "partitions": _Key(1, _int(1, 100000), "default partition count"),
+        "replication_factor": _Key(1, _int(1, 32), "default replication factor"),
+        "min_insync_replicas": _Key(1, _int(1, 32), "default min.insync.replicas"),
+        "retention_ms": _Key(7 * _MS_DAY, _MS, "default retention.ms (-1 = unlimited)"),
+        "retention_bytes": _Key(-1, _int(-1), "default retention.bytes (-1 = unlimited)"),
+        "segment_bytes": _Key(1 << 30, _int(1024, 2**31 - 1), "default segment.bytes"),
+        "segment_ms": _Key(7 * _MS_DAY, _int(1), "default segment.ms"),
+        "flush_messages": _Key(-1, _int(-1), "default flush.messages (-1 = never by count)"),
+        "flush_ms": _Key(-1, _int(-1), "default flush.ms (-1 = never by time)"),
+        "storage": _Key("disk", _str(("disk", "memory")), "default storage of new topics"),
+        "message_timestamp_type": _Key(
+            "CreateTime", _str(("CreateTime", "LogAppendTime")), "default timestamp type"
+        ),
+    },
+    "message": {
+        "ttl_ms": _Key(-1, _MS, "memory-topic message TTL (-1 = none)"),
+        "cleanup_interval_ms": _Key(60000, _int(10), "memory-topic cleanup period"),
+    },
+    "subscriber": {
+        "retry_count": _Key(5, _int(0), "push delivery retries"),
+        "retry_interval_ms": _Key(1000, _int(1), "pause between push retries"),
+        "timeout_ms": _Key(5000, _int(1), "one push delivery's timeout"),
+        "inactive_time_ms": _Key(3600000, _int(1), "inactive subscriber deleted after"),
+        "cleanup_interval_ms": _Key(60000, _int(10), "subscriber cleanup period"),
+    },
+    "dedup": {
+        "window_ms": _Key(600000, _int(0), "message-id deduplication window"),
+    },
+}
+
+
+class NodeConfig:
+    """A validated node configuration: ``config.broker.kafka_port``, ``config["broker"]["..."]``.
+
+    Immutable after construction; every section of ``SCHEMA`` is present with defaults filled.
+    """
+
+    def __init__(self, values: Mapping[str, Mapping[str, Any]]) -> None:
+        self._values = {section: dict(keys) for section, keys in values.items()}
+        for section, keys in self._values.items():
+            object.__setattr__(self, section, _Section(keys))
+
+    def __getitem__(self, section: str) -> dict[str, Any]:
+        return dict(self._values[section])
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        return {section: dict(keys) for section, keys in self._values.items()}
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self._values["node"]["data_dir"])
+
+    @property
+    def advertised_host(self) -> str:
+        broker = self._values["broker"]
+        return broker["advertised_host"] or broker["host"]
+
+
+class _Section:
+    def __init__(self, keys: Mapping[str, Any]) -> None:
+        self.__dict__.update(keys)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("configuration is read-only")
+
+
+def parse_config(
+    raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+) -> NodeConfig:
+    """Validate ``raw`` (parsed TOML) plus ``FLUX_`` overrides from ``environ``."""
+    merged: dict[str, dict[str, Any]] = {}
+    for section, keys in raw.items():
+        if section not in SCHEMA:
+            raise ConfigError(f"unknown section [{section}] (known: {', '.join(SCHEMA)})")
+        if not isinstance(keys, Mapping):
+            raise ConfigError(f"[{section}] must be a table")
+        merged[section] = dict(keys)
+    for name, text in (environ if environ is not None else os.environ).items():
+        if not name.startswith("FLUX_") or "__" not in name:
+            continue
+        section, _, key = name[len("FLUX_") :].partition("__")
+        section, key = section.lower(), key.lower()
+        if section not in SCHEMA or key not in SCHEMA[section]:
+            raise ConfigError(f"{name}: no such configuration key {section}.{key}")
+        merged.setdefault(section, {})[key] = _parse_env_value(text)
+    values: dict[str, dict[str, Any]] = {}
+    for section, keys in SCHEMA.items():
+        given = merged.get(section, {})
+        for key in given:
+            if key not in keys:
+                raise ConfigError(
+                    f"{section}.{key}: unknown configuration key (known in [{section}]: "
+                    f"{', '.join(keys)})"
+                )
+        values[section] = {}
+        for key, spec in keys.items():
+            value = given.get(key, spec.default)
+            try:
+                values[section][key] = spec.check(value)
+            except ValueError as error:
+                raise ConfigError(f"{section}.{key}: {error}") from None
+    return NodeConfig(values)
+
+
+def load_config(
+    path: str | Path | None,
+    *,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> NodeConfig:
+    """Read and validate the TOML file at ``path`` (or only defaults if None), with
+    ``overrides`` (``{section: {key: value}}``, e.g. command-line flags) applied on top, and
+    ``FLUX_`` environment variables on top of both."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as file:
+                raw = tomllib.load(file)
+        except OSError as error:
+            raise ConfigError(f"cannot read configuration file {path}: {error}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    for section, keys in (overrides or {}).items():
+        existing = raw.setdefault(section, {})
+        if not isinstance(existing, dict):
+            raise ConfigError(f"[{section}] must be a table")
+        existing.update(keys)
+    return parse_config(raw, environ=environ)
+
+
+def _parse_env_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text

@@ -1,0 +1,684 @@
+"""Kafka request handlers of a single broker.
+
+``KafkaApis.handle`` decodes nothing itself: it receives the decoded header and body from the
+listener, answers each API in the version ranges of ``ADVERTISED_VERSIONS`` (a subset of what
+the codec implements), and returns the encoded response frame. Per-partition problems become
+per-partition error codes; nothing a client sends can make the broker drop data it already
+acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from flux.protocol.api import ApiKey, RequestHeader, encode_response
+from flux.protocol.errors import CorruptRecordError, ErrorCode, UnsupportedVersionError
+from flux.protocol.records import decode_records
+from flux.storage import CorruptBatchError, OffsetOutOfRangeError
+
+from .config import NodeConfig
+from .kafka_server import ConnectionInfo
+from .replica_manager import Partition, ReplicaManager
+from .topics import (
+    InvalidConfigError,
+    InvalidTopicError,
+    TopicConfig,
+    validate_topic_name,
+)
+
+__all__ = ["ADVERTISED_VERSIONS", "KafkaApis"]
+
+log = logging.getLogger("flux.cluster.apis")
+
+# The version ranges this broker implements and advertises in ApiVersions.
+ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (0, 6),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+}
+
+LEADER_EPOCH = 0  # a lone broker leads every partition in epoch 0 until the controller lands
+MAX_PARTITIONS_PER_TOPIC = 10000
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+CONFIG_SOURCE_TOPIC = 1
+CONFIG_SOURCE_STATIC_BROKER = 4
+CONFIG_SOURCE_DEFAULT = 5
+CONFIG_TYPE_BOOLEAN = 1
+CONFIG_TYPE_STRING = 2
+CONFIG_TYPE_LONG = 5
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+_BATCH_LENGTH_OFFSET = 8
+_BATCH_OVERHEAD = 12
+
+
+class KafkaApis:
+    """Answers Kafka requests against this broker's ``ReplicaManager``."""
+
+    def __init__(self, config: NodeConfig, replicas: ReplicaManager) -> None:
+        self._config = config
+        self._replicas = replicas
+        self._node_id = config.node.id
+        self.advertised_port = config.broker.kafka_port
+        self._handlers = {
+            ApiKey.API_VERSIONS: self._api_versions,
+            ApiKey.METADATA: self._metadata,
+            ApiKey.PRODUCE: self._produce,
+            ApiKey.FETCH: self._fetch,
+            ApiKey.LIST_OFFSETS: self._list_offsets,
+            ApiKey.CREATE_TOPICS: self._create_topics,
+            ApiKey.DELETE_TOPICS: self._delete_topics,
+            ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
+            ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+        }
+
+    async def handle(
+        self, header: RequestHeader, body: dict[str, Any], connection: ConnectionInfo
+    ) -> bytes | None:
+        low, high = ADVERTISED_VERSIONS.get(header.api_key, (1, 0))
+        if not low <= header.api_version <= high:
+            raise UnsupportedVersionError(header.api_key, header.api_version, header.correlation_id)
+        response = await self._handlers[header.api_key](header, body)
+        if response is None:
+            return None
+        return encode_response(header, response)
+
+    # -- ApiVersions, Metadata, DescribeCluster -----------------------------------------------
+
+    async def _api_versions(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "error_code": ErrorCode.NONE,
+            "api_keys": [
+                {"api_key": int(key), "min_version": low, "max_version": high}
+                for key, (low, high) in sorted(ADVERTISED_VERSIONS.items())
+            ],
+            "throttle_time_ms": 0,
+        }
+
+    def _broker_endpoint(self) -> tuple[str, int, str | None]:
+        return (
+            self._config.advertised_host,
+            self.advertised_port,
+            self._config.broker.rack or None,
+        )
+
+    async def _metadata(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        host, port, rack = self._broker_endpoint()
+        requested = body.get("topics")
+        if header.api_version == 0 and not requested:
+            requested = None  # v0: an empty list means every topic
+        allow_create = body.get("allow_auto_topic_creation", True) if header.api_version >= 4 else True
+        if requested is None:
+            names: list[tuple[str | None, uuid.UUID | None]] = [
+                (name, None) for name in sorted(self._replicas.topics)
+            ]
+        else:
+            names = [(item.get("name"), item.get("topic_id")) for item in requested]
+        topics = [self._topic_metadata(name, topic_id, allow_create) for name, topic_id in names]
+        return {
+            "throttle_time_ms": 0,
+            "brokers": [{"node_id": self._node_id, "host": host, "port": port, "rack": rack}],
+            "cluster_id": self._config.node.cluster_id,
+            "controller_id": self._node_id,
+            "topics": topics,
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    def _topic_metadata(
+        self, name: str | None, topic_id: uuid.UUID | None, allow_create: bool
+    ) -> dict[str, Any]:
+        zero_id = uuid.UUID(int=0)
+        if name is None and topic_id is not None and topic_id != zero_id:
+            state = self._replicas.topic_by_id(topic_id)
+            if state is None:
+                return _topic_error(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
+            name = state.record.name
+        if name is None:
+            return _topic_error(None, ErrorCode.INVALID_REQUEST, topic_id)
+        state = self._replicas.topic(name)
+        if state is None:
+            try:
+                validate_topic_name(name)
+            except InvalidTopicError:
+                return _topic_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION, None)
+            if not (allow_create and self._config.broker.auto_create_topics):
+                return _topic_error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+            state = self._replicas.create_topic(
+                name, self._config.topic.partitions, self._replicas.topic_config({})
+            )
+            log.info("auto-created topic %s with %d partitions", name, state.record.partitions)
+        return {
+            "error_code": ErrorCode.NONE,
+            "name": name,
+            "topic_id": state.record.topic_id,
+            "is_internal": False,
+            "partitions": [
+                {
+                    "error_code": ErrorCode.NONE,
+                    "partition_index": index,
+                    "leader_id": self._node_id,
+                    "leader_epoch": LEADER_EPOCH,
+                    "replica_nodes": [self._node_id],
+                    "isr_nodes": [self._node_id],
+                    "offline_replicas": [],
+                }
+                for index in range(state.record.partitions)
+            ],
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    async def _describe_cluster(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        host, port, rack = self._broker_endpoint()
+        endpoint_type = body.get("endpoint_type", 1)
+        response: dict[str, Any] = {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "endpoint_type": endpoint_type,
+            "cluster_id": self._config.node.cluster_id,
+            "controller_id": self._node_id,
+            "brokers": [{"broker_id": self._node_id, "host": host, "port": port, "rack": rack}],
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+        if endpoint_type != 1:
+            response["error_code"] = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+            response["error_message"] = f"endpoint type {endpoint_type} is not served here"
+            response["brokers"] = []
+        return response
+
+    # -- Produce ------------------------------------------------------------------------------
+
+    async def _produce(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any] | None:
+        acks = body["acks"]
+        responses = []
+        for topic_data in body["topic_data"]:
+            name = topic_data["name"]
+            state = self._replicas.topic(name)
+            partition_responses = []
+            for partition_data in topic_data["partition_data"]:
+                index = partition_data["index"]
+                if acks not in (0, 1, -1):
+                    error = _partition_result(index, ErrorCode.INVALID_REQUIRED_ACKS)
+                elif state is None:
+                    error = _partition_result(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    error = None
+                partition = self._replicas.partition(name, index)
+                if error is None and partition is None:
+                    error = _partition_result(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                if error is not None:
+                    partition_responses.append(error)
+                    continue
+                assert partition is not None and state is not None
+                partition_responses.append(
+                    self._append(partition, state.config, partition_data["records"], acks)
+                )
+            responses.append({"name": name, "partition_responses": partition_responses})
+        if acks == 0:
+            return None
+        return {"responses": responses, "throttle_time_ms": 0}
+
+    def _append(
+        self, partition: Partition, config: TopicConfig, records: bytes | None, acks: int
+    ) -> dict[str, Any]:
+        index = partition.index
+        if not records:
+            return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, "no record batches")
+        if acks == -1 and config.get("min.insync.replicas") > 1:
+            return _partition_result(
+                index,
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"in-sync replicas 1 < min.insync.replicas {config.get('min.insync.replicas')}",
+            )
+        oversized = _oversized_batch(records, config.get("max.message.bytes"))
+        if oversized is not None:
+            return _partition_result(index, ErrorCode.MESSAGE_TOO_LARGE, oversized)
+        try:
+            result = self._replicas.append(partition, records)
+        except CorruptBatchError as error:
+            log.warning("rejected batch for %s-%d: %s", partition.topic, index, error)
+            return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, str(error))
+        except OSError as error:
+            log.error("cannot append to %s-%d: %s", partition.topic, index, error)
+            return _partition_result(index, ErrorCode.KAFKA_STORAGE_ERROR, str(error))
+        return {
+            "index": index,
+            "error_code": ErrorCode.NONE,
+            "base_offset": result.base_offset,
+            "log_append_time_ms": result.log_append_time_ms,
+            "log_start_offset": partition.log.log_start_offset,
+            "record_errors": [],
+            "error_message": None,
+        }
+
+    # -- Fetch --------------------------------------------------------------------------------
+
+    async def _fetch(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("session_id", 0) != 0:
+            return {
+                "throttle_time_ms": 0,
+                "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                "session_id": 0,
+                "responses": [],
+            }
+        broker = self._config.broker
+        max_wait_s = min(max(body["max_wait_ms"], 0), broker.request_timeout_ms) / 1000
+        min_bytes = max(body["min_bytes"], 0)
+        max_bytes = min(body.get("max_bytes", broker.fetch_max_bytes), broker.fetch_max_bytes)
+        read_committed = body.get("isolation_level", 0) == 1
+        deadline = time.monotonic() + max_wait_s
+        requests = [
+            (topic["topic"], partition)
+            for topic in body["topics"]
+            for partition in topic["partitions"]
+        ]
+        while True:
+            responses, total_bytes, has_error = self._read_partitions(requests, max_bytes, read_committed)
+            remaining_s = deadline - time.monotonic()
+            if total_bytes >= min_bytes or has_error or remaining_s <= 0:
+                break
+            partitions = [
+                p
+                for name, request in requests
+                if (p := self._replicas.partition(name, request["partition"])) is not None
+            ]
+            await self._replicas.wait_for_data(partitions, remaining_s)
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
+
+    def _read_partitions(
+        self, requests: list[tuple[str, dict[str, Any]]], max_bytes: int, read_committed: bool
+    ) -> tuple[list[dict[str, Any]], int, bool]:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        total_bytes = 0
+        has_error = False
+        for name, request in requests:
+            index = request["partition"]
+            partition = self._replicas.partition(name, index)
+            result = {
+                "partition_index": index,
+                "error_code": ErrorCode.NONE,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": [] if read_committed else None,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            by_topic.setdefault(name, []).append(result)
+            if partition is None:
+                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                has_error = True
+                continue
+            error = _check_leader_epoch(request.get("current_leader_epoch", -1))
+            high_watermark = partition.high_watermark
+            result["high_watermark"] = high_watermark
+            result["last_stable_offset"] = high_watermark
+            result["log_start_offset"] = partition.log.log_start_offset
+            if error is not None:
+                result["error_code"] = error
+                has_error = True
+                continue
+            budget = min(request["partition_max_bytes"], max_bytes - total_bytes)
+            if budget <= 0 and total_bytes > 0:
+                continue
+            try:
+                data = partition.log.read(
+                    request["fetch_offset"], max(budget, 1), max_offset=high_watermark
+                )
+            except OffsetOutOfRangeError:
+                result["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+                has_error = True
+                continue
+            except OSError as error:
+                log.error("cannot read %s-%d: %s", name, index, error)
+                result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+                has_error = True
+                continue
+            result["records"] = data
+            total_bytes += len(data)
+        responses = [{"topic": name, "partitions": parts} for name, parts in by_topic.items()]
+        return responses, total_bytes, has_error
+
+    # -- ListOffsets --------------------------------------------------------------------------
+
+    async def _list_offsets(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        topics = []
+        for topic in body["topics"]:
+            partitions = []
+            for request in topic["partitions"]:
+                partitions.append(self._list_offset(topic["name"], request, header.api_version))
+            topics.append({"name": topic["name"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    def _list_offset(self, name: str, request: dict[str, Any], version: int) -> dict[str, Any]:
+        index = request["partition_index"]
+        result: dict[str, Any] = {
+            "partition_index": index,
+            "error_code": ErrorCode.NONE,
+            "old_style_offsets": [],
+            "timestamp": -1,
+            "offset": -1,
+            "leader_epoch": LEADER_EPOCH,
+        }
+        partition = self._replicas.partition(name, index)
+        if partition is None:
+            result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return result
+        error = _check_leader_epoch(request.get("current_leader_epoch", -1))
+        if error is not None:
+            result["error_code"] = error
+            return result
+        timestamp = request["timestamp"]
+        if timestamp == EARLIEST_TIMESTAMP:
+            result["offset"] = partition.log.log_start_offset
+        elif timestamp == LATEST_TIMESTAMP:
+            result["offset"] = partition.high_watermark
+        elif timestamp < 0:
+            result["error_code"] = ErrorCode.INVALID_REQUEST
+            return result
+        else:
+            found = self._offset_for_timestamp(partition, timestamp)
+            if found is not None:
+                result["offset"], result["timestamp"] = found
+        if version == 0 and result["offset"] >= 0:
+            result["old_style_offsets"] = [result["offset"]]
+        return result
+
+    def _offset_for_timestamp(self, partition: Partition, timestamp: int) -> tuple[int, int] | None:
+        found = partition.log.offset_for_timestamp(timestamp)
+        if found is None:
+            return None
+        _, batch = found
+        try:
+            for record in decode_records(batch):
+                if record.timestamp >= timestamp and record.offset < partition.high_watermark:
+                    return record.offset, record.timestamp
+        except CorruptRecordError:
+            log.error("batch of %s-%d cannot be decoded for ListOffsets", partition.topic, partition.index)
+        return None
+
+    # -- CreateTopics, DeleteTopics -----------------------------------------------------------
+
+    async def _create_topics(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        seen: dict[str, int] = {}
+        for topic in body["topics"]:
+            seen[topic["name"]] = seen.get(topic["name"], 0) + 1
+        results = []
+        for topic in body["topics"]:
+            if seen[topic["name"]] > 1:
+                results.append(
+                    _create_result(topic["name"], ErrorCode.INVALID_REQUEST, "topic named twice")
+                )
+                continue
+            results.append(self._create_topic(topic, validate_only=body.get("validate_only", False)))
+        return {"throttle_time_ms": 0, "topics": results}
+
+    def _create_topic(self, topic: dict[str, Any], *, validate_only: bool) -> dict[str, Any]:
+        name = topic["name"]
+        try:
+            validate_topic_name(name)
+        except InvalidTopicError as error:
+            return _create_result(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(error))
+        if self._replicas.topic(name) is not None:
+            return _create_result(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        partitions = topic["num_partitions"]
+        replication_factor = topic["replication_factor"]
+        assignments = topic.get("assignments") or []
+        if assignments:
+            if partitions != -1 or replication_factor != -1:
+                return _create_result(
+                    name,
+                    ErrorCode.INVALID_REQUEST,
+                    "give either assignments or num_partitions/replication_factor, not both",
+                )
+            for assignment in assignments:
+                if list(assignment["broker_ids"]) != [self._node_id]:
+                    return _create_result(
+                        name,
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"replicas {assignment['broker_ids']} name brokers that do not exist",
+                    )
+            partitions, replication_factor = len(assignments), 1
+        if partitions == -1:
+            partitions = self._config.topic.partitions
+        if replication_factor == -1:
+            replication_factor = self._config.topic.replication_factor
+        if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
+            return _create_result(
+                name,
+                ErrorCode.INVALID_PARTITIONS,
+                f"partition count must be in 1..{MAX_PARTITIONS_PER_TOPIC}, got {partitions}",
+            )
+        if replication_factor < 1:
+            return _create_result(
+                name, ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be at least 1"
+            )
+        if replication_factor > 1:
+            return _create_result(
+                name,
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication_factor} is larger than the 1 available broker",
+            )
+        try:
+            config = self._replicas.topic_config(
+                {item["name"]: item["value"] for item in topic.get("configs") or []}
+            )
+        except InvalidConfigError as error:
+            return _create_result(name, ErrorCode.INVALID_CONFIG, str(error))
+        if validate_only:
+            topic_id = uuid.UUID(int=0)
+        else:
+            topic_id = self._replicas.create_topic(name, partitions, config).record.topic_id
+            log.info("created topic %s with %d partitions", name, partitions)
+        result = _create_result(name, ErrorCode.NONE, None)
+        result.update(
+            topic_id=topic_id,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            configs=[
+                {
+                    "name": key,
+                    "value": value,
+                    "read_only": False,
+                    "config_source": (
+                        CONFIG_SOURCE_TOPIC if key in config.overrides else CONFIG_SOURCE_DEFAULT
+                    ),
+                    "is_sensitive": False,
+                }
+                for key, value in sorted(config.values.items())
+            ],
+        )
+        return result
+
+    async def _delete_topics(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        if header.api_version >= 6:
+            wanted = [(item.get("name"), item.get("topic_id")) for item in body["topics"]]
+        else:
+            wanted = [(name, None) for name in body["topic_names"]]
+        zero_id = uuid.UUID(int=0)
+        responses = []
+        for name, topic_id in wanted:
+            response: dict[str, Any] = {
+                "name": name,
+                "topic_id": topic_id or zero_id,
+                "error_code": ErrorCode.NONE,
+                "error_message": None,
+            }
+            responses.append(response)
+            if name is None and topic_id not in (None, zero_id):
+                state = self._replicas.topic_by_id(topic_id)
+                if state is None:
+                    response["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID
+                    continue
+                name = response["name"] = state.record.name
+            state = self._replicas.topic(name) if name is not None else None
+            if state is None:
+                response["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                response["error_message"] = f"topic {name!r} does not exist"
+                continue
+            response["topic_id"] = state.record.topic_id
+            self._replicas.delete_topic(name)
+            log.info("deleted topic %s", name)
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    # -- DescribeConfigs ----------------------------------------------------------------------
+
+    async def _describe_configs(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for resource in body["resources"]:
+            results.append(self._describe_resource(resource, header.api_version))
+        return {"throttle_time_ms": 0, "results": results}
+
+    def _describe_resource(self, resource: dict[str, Any], version: int) -> dict[str, Any]:
+        kind = resource["resource_type"]
+        name = resource["resource_name"]
+        result: dict[str, Any] = {
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "resource_type": kind,
+            "resource_name": name,
+            "configs": [],
+        }
+        if kind == RESOURCE_TOPIC:
+            state = self._replicas.topic(name)
+            if state is None:
+                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result["error_message"] = f"topic {name!r} does not exist"
+                return result
+            entries = [
+                (key, value, CONFIG_SOURCE_TOPIC if key in state.config.overrides else CONFIG_SOURCE_DEFAULT, False)
+                for key, value in sorted(state.config.values.items())
+            ]
+        elif kind == RESOURCE_BROKER:
+            if name not in ("", str(self._node_id)):
+                result["error_code"] = ErrorCode.INVALID_REQUEST
+                result["error_message"] = f"broker {name!r} is not this broker ({self._node_id})"
+                return result
+            entries = [
+                (key, value, CONFIG_SOURCE_STATIC_BROKER, True) for key, value in self._broker_configs()
+            ]
+        else:
+            result["error_code"] = ErrorCode.INVALID_REQUEST
+            result["error_message"] = f"resource type {kind} is not supported"
+            return result
+        keys = resource.get("configuration_keys")
+        if keys is not None:
+            entries = [entry for entry in entries if entry[0] in set(keys)]
+        result["configs"] = [
+            {
+                "name": key,
+                "value": value,
+                "read_only": read_only,
+                "is_default": source == CONFIG_SOURCE_DEFAULT,
+                "config_source": source,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": _config_type(value),
+                "documentation": None,
+            }
+            for key, value, source, read_only in entries
+        ]
+        return result
+
+    def _broker_configs(self) -> list[tuple[str, str]]:
+        config = self._config
+        pairs = {
+            "broker.id": config.node.id,
+            "log.dirs": str(config.data_dir),
+            "auto.create.topics.enable": config.broker.auto_create_topics,
+            "message.max.bytes": config.broker.message_max_bytes,
+            "socket.request.max.bytes": config.broker.socket_request_max_bytes,
+            "num.partitions": config.topic.partitions,
+            "default.replication.factor": config.topic.replication_factor,
+            "min.insync.replicas": config.topic.min_insync_replicas,
+            "log.retention.ms": config.topic.retention_ms,
+            "log.retention.bytes": config.topic.retention_bytes,
+            "log.segment.bytes": config.topic.segment_bytes,
+            "log.roll.ms": config.topic.segment_ms,
+            "log.flush.interval.messages": config.topic.flush_messages,
+            "log.flush.interval.ms": config.topic.flush_ms,
+            "log.retention.check.interval.ms": config.broker.retention_check_interval_ms,
+        }
+        return [
+            (key, str(value).lower() if isinstance(value, bool) else str(value))
+            for key, value in sorted(pairs.items())
+        ]
+
+
+def _config_type(value: str) -> int:
+    if value in ("true", "false"):
+        return CONFIG_TYPE_BOOLEAN
+    try:
+        int(value)
+    except ValueError:
+        return CONFIG_TYPE_STRING
+    return CONFIG_TYPE_LONG
+
+
+def _check_leader_epoch(current_leader_epoch: int) -> ErrorCode | None:
+    if current_leader_epoch < 0 or current_leader_epoch == LEADER_EPOCH:
+        return None
+    if current_leader_epoch > LEADER_EPOCH:
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+    return ErrorCode.FENCED_LEADER_EPOCH
+
+
+def _oversized_batch(records: bytes | memoryview, limit: int) -> str | None:
+    """Describe the first batch larger than ``limit`` bytes, or return None."""
+    view = memoryview(records)
+    position = 0
+    while position + _BATCH_OVERHEAD <= len(view):
+        size = int.from_bytes(view[position + _BATCH_LENGTH_OFFSET : position + _BATCH_OVERHEAD], "big", signed=True)
+        size += _BATCH_OVERHEAD
+        if size > limit:
+            return f"record batch of {size} bytes exceeds max.message.bytes {limit}"
+        if size <= _BATCH_OVERHEAD:
+            return None  # malformed framing: storage validation names the problem
+        position += size
+    return None
+
+
+def _partition_result(index: int, error: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": error,
+        "base_offset": -1,
+        "log_append_time_ms": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message,
+    }
+
+
+def _topic_error(name: str | None, error: ErrorCode, topic_id: uuid.UUID | None) -> dict[str, Any]:
+    return {
+        "error_code": error,
+        "name": name,
+        "topic_id": topic_id or uuid.UUID(int=0),
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _create_result(name: str, error: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "topic_id": uuid.UUID(int=0),
+        "error_code": error,
+        "error_message": message,
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": None,
+    }

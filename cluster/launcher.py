@@ -1,0 +1,155 @@
+"""Start, stop and find node processes on this machine (``fluxctl cluster`` and the tests).
+
+A ``NodeProcess`` is a node running ``python -m flux.cli.main node start --config FILE`` in its
+own session (so signals to the launcher do not reach it), with output in ``<dir>/node.log``.
+Readiness is the node's ``ready.json`` (see ``flux.cluster.node``), never a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["READY_FILE", "NodeProcess", "NodeStartError", "write_node_config"]
+
+# Written by a node once it listens (see flux.cluster.node); read here to learn its ports.
+READY_FILE = "ready.json"
+
+_POLL_INTERVAL_S = 0.02
+
+
+class NodeStartError(RuntimeError):
+    """A node exited or did not become ready in time; the message quotes its log tail."""
+
+
+def write_node_config(path: Path, sections: Mapping[str, Mapping[str, Any]]) -> None:
+    """Write a node TOML file (flat sections of strings, numbers, booleans and string lists)."""
+    lines = []
+    for section, keys in sections.items():
+        lines.append(f"[{section}]")
+        for key, value in keys.items():
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return json.dumps(str(value))
+
+
+@dataclass
+class NodeProcess:
+    """A node process with its config file, data directory and log file."""
+
+    node_id: int
+    config_path: Path
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    ready: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ready_path(self) -> Path:
+        return self.data_dir / READY_FILE
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self.ready["bootstrap_servers"])
+
+    @property
+    def kafka_port(self) -> int:
+        return int(self.ready["kafka_port"])
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def start(self, *, env: Mapping[str, str] | None = None) -> None:
+        self.ready_path.unlink(missing_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_file = open(self.log_path, "ab")
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "flux.cli.main", "node", "start", "--config", str(self.config_path)],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
+        finally:
+            log_file.close()
+
+    def wait_ready(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Block until the node wrote its ready file; raise NodeStartError if it died."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise NodeStartError(
+                    f"node {self.node_id} exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                self.ready = json.loads(self.ready_path.read_text())
+                if self.process is None or self.ready.get("pid") == self.process.pid:
+                    return self.ready
+            except (FileNotFoundError, json.JSONDecodeError):
+                pass
+            time.sleep(_POLL_INTERVAL_S)
+        raise NodeStartError(f"node {self.node_id} not ready after {timeout_s} s:\n{self.log_tail()}")
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case."""
+        self._signal(signal.SIGKILL)
+        self.wait_exit(10.0)
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL if it has not exited after ``timeout_s``."""
+        if not self.is_running():
+            return self.process.returncode if self.process is not None else None
+        self._signal(signal.SIGTERM)
+        if not self.wait_exit(timeout_s):
+            self._signal(signal.SIGKILL)
+            self.wait_exit(10.0)
+        assert self.process is not None
+        return self.process.returncode
+
+    def wait_exit(self, timeout_s: float) -> bool:
+        if self.process is None:
+            return True
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _signal(self, signum: int) -> None:
+        if self.is_running():
+            assert self.process is not None
+            try:
+                os.kill(self.process.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])

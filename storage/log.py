@@ -1,0 +1,881 @@
+"""Partition logs: ``PartitionLog`` on disk and ``MemoryLog`` in RAM, one interface.
+
+Like Kafka's ``UnifiedLog`` over ``LogSegment``s: the log owns roll,
+retention, truncation, flush and (on disk) recovery; segments own bytes and
+sparse indexes. Neither class is thread-safe: a log has a single owner (the
+broker calls it from its one asyncio thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from crc32c import crc32c
+from flux.storage._segment import BatchMeta, _DiskSegment, _MemorySegment, _Segment
+from flux.storage.batch import (
+    ATTRIBUTES,
+    ATTRIBUTES_AT,
+    BASE_OFFSET,
+    CRC,
+    CRC_AT,
+    CRC_START,
+    HEADER,
+    LEADER_EPOCH,
+    LEADER_EPOCH_AT,
+    MAX_TIMESTAMP,
+    MAX_TIMESTAMP_AT,
+    TIMESTAMP_TYPE_LOG_APPEND,
+    AppendResult,
+    BatchInfo,
+    Header,
+    ParsedBatch,
+    parse_batches,
+)
+from flux.storage.config import LogConfig
+from flux.storage.errors import (
+    LogClosedError,
+    OffsetMismatchError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+)
+from flux.storage.limits import MAX_APPEND_BYTES, MAX_RELATIVE_OFFSET
+
+__all__ = ["PartitionLog", "MemoryLog", "Log"]
+
+logger = logging.getLogger("flux.storage")
+
+LOG_START_OFFSET_FILE = "log-start-offset.checkpoint"
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+_CHECKPOINT_VERSION = 0
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_STRAY_SUFFIXES = (".tmp", ".deleted", ".swap", ".cleaned")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _SegmentedLog:
+    """The log logic shared by the disk and the memory log.
+
+    Invariants: there is always at least one segment; the last one is the
+    active segment (the only one appended to); segments are contiguous
+    (each base offset is the previous segment's next offset);
+    log_start_offset <= log_end_offset; log_start_offset lies in the first
+    segment (or equals log_end_offset); recovery_point <= log_end_offset.
+    Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        config: LogConfig,
+        clock_ms: Callable[[], int],
+        segments: list[_Segment],
+        log_start_offset: int,
+        recovery_point: int,
+    ) -> None:
+        assert segments, "a log always has an active segment"
+        self._config = config
+        self._clock_ms = clock_ms
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._closed = False
+        self._unflushed_records = 0
+        self._last_flush_ms = clock_ms()
+        self._check_invariants()
+
+    # -- hooks for the storage flavour -------------------------------------
+
+    def _create_segment(self, base_offset: int) -> _Segment:
+        raise NotImplementedError
+
+    def _persist_log_start_offset(self) -> None:
+        """Make log_start_offset survive a restart (disk only)."""
+
+    def _sync_directory(self) -> None:
+        """Make file creations and deletions durable (disk only)."""
+
+    def _after_truncate(self) -> None:
+        """Make a truncation durable (disk only)."""
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Adopt a new config; it applies from the next append, roll or retention pass."""
+        self._config = config
+        for segment in self._segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below it is fsynced."""
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    # -- append -------------------------------------------------------------------
+
+    def append(
+        self,
+        batches: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int | None = None,
+        assign_offsets: bool = True,
+    ) -> AppendResult:
+        """Append one or more concatenated v2 batches, all or nothing.
+
+        Every batch is validated before anything is written (CorruptBatchError).
+        With ``assign_offsets`` (the leader path) a copy gets consecutive base
+        offsets from log_end_offset, ``leader_epoch`` if given, and with
+        ``config.log_append_time`` the broker's clock as maxTimestamp (CRC re-sealed).
+        Without it (the follower path) the bytes are stored as they are; their
+        offsets must continue the log exactly (OffsetMismatchError).
+        """
+        self._check_open()
+        view = memoryview(batches)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        if len(view) > MAX_APPEND_BYTES:
+            raise RecordBatchTooLargeError(
+                f"append of {len(view)} bytes exceeds the limit of {MAX_APPEND_BYTES}"
+            )
+        parsed = parse_batches(view)
+        now_ms = self._clock_ms()
+        first_offset = self.log_end_offset
+        stamp_ms = now_ms if self._config.log_append_time and assign_offsets else -1
+        data: bytearray | memoryview
+        if assign_offsets:
+            data = bytearray(view)  # the one copy: offsets (and maybe timestamps) are rewritten
+            metas = _assign_offsets(data, parsed, first_offset, leader_epoch, stamp_ms)
+        else:
+            data = view
+            metas = _follower_metas(parsed, first_offset)
+        last_offset = metas[-1][3]
+        self._maybe_roll(len(data), last_offset, now_ms)
+        final = parsed[-1]
+        final_header = Header._make(HEADER.unpack_from(data, final.position))
+        self._segments[-1].append(
+            data, metas, BatchInfo.from_header(final_header, final.position), now_ms
+        )
+        record_count = sum(batch.header.records_count for batch in parsed)
+        self._unflushed_records += record_count
+        self._apply_flush_policy(now_ms)
+        return AppendResult(
+            base_offset=first_offset,
+            last_offset=last_offset,
+            batch_count=len(parsed),
+            record_count=record_count,
+            max_timestamp=max(meta[4] for meta in metas),
+            log_append_time_ms=stamp_ms,
+        )
+
+    def _maybe_roll(self, incoming_bytes: int, last_offset: int, now_ms: int) -> None:
+        active = self._segments[-1]
+        if active.size_bytes == 0:
+            if last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
+                raise RecordBatchTooLargeError(
+                    f"one append spans {last_offset - active.base_offset + 1} offsets, "
+                    f"more than a segment can index"
+                )
+            return
+        if active.size_bytes + incoming_bytes > self._config.segment_bytes:
+            reason = "segment_bytes"
+        elif now_ms - active.roll_base(now_ms) > self._config.segment_ms:
+            reason = "segment_ms"
+        elif last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
+            reason = "relative offset overflow"
+        else:
+            return
+        self._roll(reason)
+
+    def _roll(self, reason: str) -> None:
+        active = self._segments[-1]
+        active.seal_time_index()
+        segment = self._create_segment(active.next_offset)
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        logger.debug("%s: rolled segment %d (%s)", self, segment.base_offset, reason)
+
+    def roll(self) -> bool:
+        """Start a new active segment now if the current one is non-empty; returns whether it rolled."""
+        self._check_open()
+        if self._segments[-1].size_bytes == 0:
+            return False
+        self._roll("requested")
+        return True
+
+    # -- read ---------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one containing ``offset``, concatenated.
+
+        Stops before exceeding ``max_bytes`` but always returns the first
+        qualifying batch whole. Only batches whose last offset is below
+        ``max_offset`` (exclusive, e.g. the high watermark) qualify. Returns
+        b"" at log_end_offset; OffsetOutOfRangeError outside
+        [log_start_offset, log_end_offset].
+        """
+        self._check_open()
+        end = self.log_end_offset
+        if offset < self._log_start_offset or offset > end:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
+        limit = end if max_offset is None else min(max_offset, end)
+        if offset >= limit:
+            return b""
+        parts: list[bytes] = []
+        budget = max_bytes
+        i = self._segment_index(offset)
+        while i < len(self._segments):
+            segment = self._segments[i]
+            data, exhausted = segment.read(offset, budget, limit, first=not parts)
+            if data:
+                parts.append(data)
+                budget -= len(data)
+            offset = segment.next_offset
+            if not exhausted or offset >= limit or budget <= 0:
+                break
+            i += 1
+        if len(parts) == 1:
+            return parts[0]
+        return b"".join(parts)
+
+    def _segment_index(self, offset: int) -> int:
+        return max(bisect_right(self._bases, offset) - 1, 0)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, bytes] | None:
+        """The first batch (at or above log_start_offset) with maxTimestamp >= timestamp_ms:
+        (its base offset, its bytes), so the caller can find the exact record; None if none."""
+        self._check_open()
+        for segment in self._segments:
+            if (
+                segment.max_timestamp < timestamp_ms
+                or segment.next_offset <= self._log_start_offset
+            ):
+                continue
+            found = segment.find_by_timestamp(timestamp_ms, self._log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def batch_infos(self, start_offset: int | None = None) -> Iterator[BatchInfo]:
+        """Headers of stored batches from the one containing ``start_offset`` (default:
+        log_start_offset) to the end. Do not modify the log while iterating."""
+        self._check_open()
+        offset = self._log_start_offset if start_offset is None else start_offset
+        for segment in self._segments[self._segment_index(offset) :]:
+            yield from segment.batch_infos(offset)
+
+    def last_batch_info(self) -> BatchInfo | None:
+        """The header of the last stored batch, or None if the log holds none."""
+        self._check_open()
+        for segment in reversed(self._segments):
+            info = segment.last_batch()
+            if info is not None:
+                return info
+        return None
+
+    # -- truncation and deletion --------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch whose base offset is >= ``offset``.
+
+        Batch granularity: if ``offset`` falls inside a batch, that whole batch
+        goes too and log_end_offset becomes its base offset (so it is
+        ``offset`` exactly when ``offset`` is a batch boundary). A no-op when
+        offset >= log_end_offset; OffsetOutOfRangeError below log_start_offset.
+        If the cut lands below log_start_offset (the batch straddles it) the
+        log is emptied and restarts at log_start_offset.
+        """
+        self._check_open()
+        end = self.log_end_offset
+        if offset >= end:
+            return
+        if offset < self._log_start_offset:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
+        i = self._segment_index(offset)
+        segment = self._segments[i]
+        position, header = segment.find_batch(offset)
+        boundary = header.base_offset
+        if boundary < self._log_start_offset:
+            self.truncate_fully_and_start_at(self._log_start_offset)
+            return
+        self._drop_tail(i + 1)
+        segment.truncate_at(position, boundary)
+        self._recovery_point = min(self._recovery_point, boundary)
+        self._after_truncate()
+        logger.info("%s: truncated to offset %d", self, boundary)
+        self._check_invariants()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the empty log at ``offset`` (a follower
+        whose log no longer overlaps its leader's). Moves log_start_offset to ``offset``."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        self._drop_tail(0)
+        segment = self._create_segment(offset)
+        self._segments.append(segment)
+        self._bases.append(offset)
+        self._log_start_offset = offset
+        self._persist_log_start_offset()
+        self._recovery_point = offset
+        self._after_truncate()
+        logger.info("%s: truncated fully, restarting at offset %d", self, offset)
+        self._check_invariants()
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move log_start_offset up to ``offset`` (never down), persist it, delete the
+        segments wholly below it. Returns the new log_start_offset."""
+        self._check_open()
+        end = self.log_end_offset
+        if offset > end or offset < 0:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
+        if offset <= self._log_start_offset:
+            return self._log_start_offset
+        self._log_start_offset = offset
+        self._persist_log_start_offset()
+        deleted = self._delete_prefix(lambda segment: segment.next_offset <= self._log_start_offset)
+        if deleted:
+            self._sync_directory()
+        self._check_invariants()
+        return self._log_start_offset
+
+    def enforce_retention(
+        self, now_ms: int | None = None, *, high_watermark: int | None = None
+    ) -> int:
+        """Delete whole segments: below log_start_offset, older than retention_ms (by their
+        largest maxTimestamp), then oldest first while the rest still hold retention_bytes.
+
+        The active segment is never deleted by size; if it is entirely expired by age (or
+        below log_start_offset) it is rolled first, as Kafka does. With ``high_watermark``
+        only segments wholly below it are deleted (Kafka never deletes unreplicated data).
+        Moves log_start_offset to the first remaining segment. Returns how many segments
+        were deleted.
+        """
+        self._check_open()
+        now_ms = self._clock_ms() if now_ms is None else now_ms
+        upper = self.log_end_offset if high_watermark is None else high_watermark
+        deleted = self._delete_prefix(
+            lambda segment: segment.next_offset <= min(self._log_start_offset, upper)
+        )
+        retention_ms = self._config.retention_ms
+        if retention_ms >= 0:
+            cutoff_ms = now_ms - retention_ms
+            deleted += self._delete_prefix(
+                lambda segment: (
+                    segment.largest_timestamp_ms() < cutoff_ms and segment.next_offset <= upper
+                )
+            )
+        retention_bytes = self._config.retention_bytes
+        if retention_bytes >= 0:
+            total = self.size_bytes
+            count = 0
+            while (
+                count < len(self._segments) - 1
+                and total - self._segments[count].size_bytes >= retention_bytes
+                and self._segments[count].next_offset <= upper
+            ):
+                total -= self._segments[count].size_bytes
+                count += 1
+            self._drop_head(count)
+            deleted += count
+        if deleted:
+            self._sync_directory()
+            logger.info(
+                "%s: retention deleted %d segment(s); log start offset is %d",
+                self,
+                deleted,
+                self._log_start_offset,
+            )
+        self._check_invariants()
+        return deleted
+
+    def _delete_prefix(self, deletable: Callable[[_Segment], bool]) -> int:
+        """Delete the oldest segments while ``deletable``; roll a non-empty deletable active one."""
+        count = 0
+        while count < len(self._segments) and deletable(self._segments[count]):
+            if count == len(self._segments) - 1:
+                if self._segments[count].size_bytes == 0:
+                    break
+                self._roll("the active segment is deletable")
+            count += 1
+        self._drop_head(count)
+        return count
+
+    def _drop_head(self, count: int) -> None:
+        if not count:
+            return
+        assert count < len(self._segments), "never delete the active segment"
+        for segment in self._segments[:count]:
+            segment.delete_files()
+        del self._segments[:count]
+        del self._bases[:count]
+        self._log_start_offset = max(self._log_start_offset, self._bases[0])
+
+    def _drop_tail(self, index: int) -> None:
+        # Newest first, so a crash midway leaves a contiguous prefix.
+        for segment in reversed(self._segments[index:]):
+            segment.delete_files()
+        del self._segments[index:]
+        del self._bases[index:]
+
+    # -- flush and lifecycle ------------------------------------------------------
+
+    def _apply_flush_policy(self, now_ms: int) -> None:
+        flush_messages = self._config.flush_messages
+        flush_ms = self._config.flush_ms
+        if flush_messages is not None and self._unflushed_records >= flush_messages:
+            self.flush()
+        elif flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms:
+            self.flush()
+
+    def flush(self) -> None:
+        """fsync everything written so far; recovery_point becomes log_end_offset."""
+        self._check_open()
+        active = self._segments[-1]
+        for segment in self._segments:
+            if segment.dirty:
+                segment.fsync(close_index_files=segment is not active)
+        self._sync_directory()
+        self._recovery_point = self.log_end_offset
+        self._unflushed_records = 0
+        self._last_flush_ms = self._clock_ms()
+
+    def maybe_flush(self) -> bool:
+        """Apply flush_ms by time (call it periodically); returns whether it flushed."""
+        self._check_open()
+        flush_ms = self._config.flush_ms
+        if flush_ms is None:
+            return False
+        if self._recovery_point == self.log_end_offset and not any(s.dirty for s in self._segments):
+            return False
+        if self._clock_ms() - self._last_flush_ms < flush_ms:
+            return False
+        self.flush()
+        return True
+
+    def close(self) -> None:
+        """Flush and release every file; further use raises LogClosedError. Idempotent."""
+        if self._closed:
+            return
+        self._segments[-1].seal_time_index()
+        self.flush()
+        self._mark_clean_shutdown()
+        self._release()
+
+    def _mark_clean_shutdown(self) -> None:
+        """Record that every file is complete and consistent (disk only)."""
+
+    def _release(self) -> None:
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self} is closed")
+
+    def _check_invariants(self) -> None:
+        segments = self._segments
+        assert segments, "a log always has an active segment"
+        for previous, segment in zip(segments, segments[1:], strict=False):
+            assert segment.base_offset == previous.next_offset, (
+                f"segment {segment.base_offset} does not follow {previous.base_offset}..{previous.next_offset}"
+            )
+        assert segments[0].base_offset <= self._log_start_offset <= self.log_end_offset, (
+            f"log start {self._log_start_offset} outside [{segments[0].base_offset}, {self.log_end_offset}]"
+        )
+        assert self._recovery_point <= self.log_end_offset
+
+
+def _assign_offsets(
+    data: bytearray,
+    parsed: list[ParsedBatch],
+    next_offset: int,
+    leader_epoch: int | None,
+    stamp_ms: int,
+) -> list[BatchMeta]:
+    """Rewrite baseOffset (and partitionLeaderEpoch; LogAppendTime when stamp_ms >= 0) in place.
+
+    baseOffset and partitionLeaderEpoch lie outside the CRC; a LogAppendTime
+    stamp changes covered bytes, so the CRC is re-sealed.
+    """
+    metas: list[BatchMeta] = []
+    with memoryview(data) as view:
+        for batch in parsed:
+            header = batch.header
+            position = batch.position
+            BASE_OFFSET.pack_into(data, position, next_offset)
+            if leader_epoch is not None:
+                LEADER_EPOCH.pack_into(data, position + LEADER_EPOCH_AT, leader_epoch)
+            max_timestamp = header.max_timestamp
+            if stamp_ms >= 0:
+                ATTRIBUTES.pack_into(
+                    data, position + ATTRIBUTES_AT, header.attributes | TIMESTAMP_TYPE_LOG_APPEND
+                )
+                MAX_TIMESTAMP.pack_into(data, position + MAX_TIMESTAMP_AT, stamp_ms)
+                CRC.pack_into(
+                    data,
+                    position + CRC_AT,
+                    crc32c(view[position + CRC_START : position + batch.size]),
+                )
+                max_timestamp = stamp_ms
+            last_offset = next_offset + header.last_offset_delta
+            metas.append((position, batch.size, next_offset, last_offset, max_timestamp))
+            next_offset = last_offset + 1
+    return metas
+
+
+def _follower_metas(parsed: list[ParsedBatch], expected_offset: int) -> list[BatchMeta]:
+    """Offsets of a follower append must continue the log exactly: our logs never have gaps."""
+    metas: list[BatchMeta] = []
+    for index, batch in enumerate(parsed):
+        header = batch.header
+        if header.base_offset != expected_offset:
+            raise OffsetMismatchError(
+                f"batch {index} has baseOffset {header.base_offset} but the log expects {expected_offset}",
+                expected_offset=expected_offset,
+                actual_offset=header.base_offset,
+            )
+        last_offset = header.base_offset + header.last_offset_delta
+        metas.append(
+            (batch.position, batch.size, header.base_offset, last_offset, header.max_timestamp)
+        )
+        expected_offset = last_offset + 1
+    return metas
+
+
+class MemoryLog(_SegmentedLog):
+    """A log kept in RAM with the same interface and semantics as ``PartitionLog``
+    (segments, roll, retention by size and age). Nothing survives the process;
+    flush() only moves recovery_point. Not thread-safe."""
+
+    def __init__(
+        self,
+        config: LogConfig | None = None,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        start_offset: int = 0,
+    ) -> None:
+        config = LogConfig() if config is None else config
+        segment = _MemorySegment(start_offset, config.index_interval_bytes)
+        super().__init__(config, clock_ms, [segment], start_offset, start_offset)
+
+    @classmethod
+    def open(
+        cls,
+        config: LogConfig | None = None,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        start_offset: int = 0,
+    ) -> MemoryLog:
+        return cls(config, clock_ms=clock_ms, start_offset=start_offset)
+
+    def _create_segment(self, base_offset: int) -> _Segment:
+        return _MemorySegment(base_offset, self._config.index_interval_bytes)
+
+    def delete(self) -> None:
+        """Drop everything; further use raises LogClosedError."""
+        self._release()
+
+    def __repr__(self) -> str:
+        return f"MemoryLog(start={self._log_start_offset}, end={self.log_end_offset})"
+
+
+class PartitionLog(_SegmentedLog):
+    """A partition replica's log in one directory: ``<20-digit base>.log`` segments with
+    ``.index`` and ``.timeindex``, plus ``log-start-offset.checkpoint``.
+
+    Durability: bytes are written with os.write at append and fsynced by the
+    flush policy (flush_messages / flush_ms) or flush(); recovery_point is
+    the offset below which everything is fsynced, and open() validates
+    (CRC32C) every segment from the one containing the recovery point on.
+    A clean close() writes a ``clean-shutdown`` marker so the next open can
+    skip that scan. Not thread-safe: one owner.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock_ms: Callable[[], int],
+        segments: list[_Segment],
+        log_start_offset: int,
+        recovery_point: int,
+    ) -> None:
+        self._directory = directory
+        self._directory_dirty = False
+        super().__init__(config, clock_ms, segments, log_start_offset, recovery_point)
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({str(self._directory)!r})"
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> PartitionLog:
+        """Open (creating if needed) and recover the log in ``directory``.
+
+        Never fails for a corrupt or torn tail: invalid bytes are truncated
+        (WARNING on logger ``flux.storage``) and segments after a hole removed.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        clean_marker = directory / CLEAN_SHUTDOWN_FILE
+        clean = clean_marker.exists()
+        bases = _scan_directory(directory)
+        persisted_start = _read_log_start_offset(directory)
+        segments = _load_segments(directory, config, bases, recovery_point, clean=clean)
+        if not segments:
+            segments = [
+                _DiskSegment.create(directory, persisted_start or 0, config.index_interval_bytes)
+            ]
+        end = segments[-1].next_offset
+        log_start_offset = min(max(persisted_start or 0, segments[0].base_offset), end)
+        log = cls(directory, config, clock_ms, segments, log_start_offset, min(recovery_point, end))
+        if clean:
+            clean_marker.unlink()
+            log._recovery_point = end
+        # fsync what recovery scanned or rewrote (and the marker's removal) before serving.
+        log._directory_dirty = True
+        log.flush()
+        return log
+
+    # -- hooks --------------------------------------------------------------------
+
+    def _create_segment(self, base_offset: int) -> _Segment:
+        self._directory_dirty = True
+        return _DiskSegment.create(self._directory, base_offset, self._config.index_interval_bytes)
+
+    def _drop_head(self, count: int) -> None:
+        if count:
+            self._directory_dirty = True
+        super()._drop_head(count)
+
+    def _drop_tail(self, index: int) -> None:
+        if index < len(self._segments):
+            self._directory_dirty = True
+        super()._drop_tail(index)
+
+    def _persist_log_start_offset(self) -> None:
+        _write_atomically(
+            self._directory / LOG_START_OFFSET_FILE,
+            f"{_CHECKPOINT_VERSION}\n{self._log_start_offset}\n".encode(),
+        )
+
+    def _sync_directory(self) -> None:
+        if self._directory_dirty:
+            _fsync_directory(self._directory)
+            self._directory_dirty = False
+
+    def _after_truncate(self) -> None:
+        # A truncation that does not survive a crash would resurrect a diverged suffix.
+        active = self._segments[-1]
+        active.fsync(close_index_files=False)
+        self._sync_directory()
+
+    def _mark_clean_shutdown(self) -> None:
+        _write_atomically(self._directory / CLEAN_SHUTDOWN_FILE, b"")
+
+    def _abandon(self) -> None:
+        """Release file descriptors without flushing or marking a clean shutdown
+        (what a crash leaves behind; used by tests)."""
+        self._release()
+
+    def delete(self) -> None:
+        """Close the files and remove the whole partition directory."""
+        if not self._closed:
+            self._release()
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+
+# -- opening a disk log --------------------------------------------------------------
+
+
+def _scan_directory(directory: Path) -> list[int]:
+    """Base offsets of the segment files; removes stray and orphaned files."""
+    logs: set[int] = set()
+    index_files: list[tuple[int, Path]] = []
+    for entry in os.scandir(directory):
+        name = entry.name
+        if name.endswith(_STRAY_SUFFIXES):
+            logger.warning("%s: removing stray file %s", directory, name)
+            _unlink(Path(entry.path))
+            continue
+        match = _SEGMENT_FILE.match(name)
+        if match is None:
+            if name not in (LOG_START_OFFSET_FILE, CLEAN_SHUTDOWN_FILE):
+                logger.debug("%s: ignoring unknown file %s", directory, name)
+            continue
+        base = int(match.group(1))
+        if match.group(2) == "log":
+            logs.add(base)
+        else:
+            index_files.append((base, Path(entry.path)))
+    for base, path in index_files:
+        if base not in logs:
+            logger.warning("%s: removing index file %s without a segment", directory, path.name)
+            _unlink(path)
+    bases = sorted(logs)
+    # A zero-length segment that is not the last one holds nothing and would break contiguity.
+    kept = []
+    for i, base in enumerate(bases):
+        log_path = directory / f"{base:020d}.log"
+        if i < len(bases) - 1 and log_path.stat().st_size == 0:
+            logger.warning("%s: removing empty segment %s", directory, log_path.name)
+            for suffix in (".log", ".index", ".timeindex"):
+                _unlink(directory / f"{base:020d}{suffix}")
+            continue
+        kept.append(base)
+    return kept
+
+
+def _load_segments(
+    directory: Path, config: LogConfig, bases: list[int], recovery_point: int, *, clean: bool
+) -> list[_Segment]:
+    """Open every segment; recover (CRC-scan) those from the recovery point's segment on
+    (none after a clean shutdown) and any whose index files cannot be trusted."""
+    first_recovered = len(bases) if clean else max(bisect_right(bases, recovery_point) - 1, 0)
+    segments: list[_Segment] = []
+    for i, base in enumerate(bases):
+        segment = _DiskSegment.open_existing(directory, base, config.index_interval_bytes)
+        cut_short = False
+        problem: str | None = "after the recovery point"
+        if i < first_recovered or clean:
+            next_offset = bases[i + 1] if i + 1 < len(bases) else None
+            problem = segment.load_index_files(next_offset)
+            if problem is not None:
+                logger.warning(
+                    "%s: segment %s: %s; rebuilding", directory, segment.log_path.name, problem
+                )
+        if problem is not None:
+            dropped, reason = segment.recover()
+            if dropped:
+                cut_short = True
+                logger.warning(
+                    "%s: segment %s: truncated at position %d, dropping %d byte(s): %s",
+                    directory,
+                    segment.log_path.name,
+                    segment.size_bytes,
+                    dropped,
+                    reason,
+                )
+        if segments and segment.base_offset != segments[-1].next_offset:
+            logger.warning(
+                "%s: segment %s does not follow offset %d; removing it and %d later segment(s)",
+                directory,
+                segment.log_path.name,
+                segments[-1].next_offset,
+                len(bases) - i - 1,
+            )
+            segment.delete_files()
+            _delete_segment_files(directory, bases[i + 1 :])
+            break
+        segments.append(segment)
+        if cut_short and i + 1 < len(bases):
+            logger.warning(
+                "%s: removing %d segment(s) after the truncated segment %s",
+                directory,
+                len(bases) - i - 1,
+                segment.log_path.name,
+            )
+            _delete_segment_files(directory, bases[i + 1 :])
+            break
+    return segments
+
+
+def _delete_segment_files(directory: Path, bases: list[int]) -> None:
+    for base in reversed(bases):
+        for suffix in (".log", ".index", ".timeindex"):
+            _unlink(directory / f"{base:020d}{suffix}")
+
+
+def _read_log_start_offset(directory: Path) -> int | None:
+    path = directory / LOG_START_OFFSET_FILE
+    try:
+        lines = path.read_text().split()
+    except FileNotFoundError:
+        return None
+    if len(lines) != 2 or lines[0] != str(_CHECKPOINT_VERSION) or not lines[1].isdigit():
+        # Written atomically, so this is outside damage; the segments still bound the log start.
+        logger.warning("%s: ignoring malformed %s", directory, LOG_START_OFFSET_FILE)
+        return None
+    return int(lines[1])
+
+
+def _write_atomically(path: Path, payload: bytes) -> None:
+    """tmp + fsync + rename + directory fsync: readers see the old or the new file whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+# Either log: what the broker holds per partition replica.
+Log = PartitionLog | MemoryLog
