@@ -44,7 +44,9 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     ].result(timeout=30)
 
 
-def produce(bootstrap: str, topic: str, records: int, record_bytes: int, acks: int) -> dict[str, float]:
+def produce(
+    bootstrap: str, topic: str, records: int, record_bytes: int, acks: int
+) -> dict[str, float]:
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -76,7 +78,9 @@ def produce(bootstrap: str, topic: str, records: int, record_bytes: int, acks: i
     return _rates(records, record_bytes, elapsed)
 
 
-def consume(bootstrap: str, topic: str, partitions: int, records: int, record_bytes: int) -> dict[str, float]:
+def consume(
+    bootstrap: str, topic: str, partitions: int, records: int, record_bytes: int
+) -> dict[str, float]:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(

@@ -1,1 +1,3 @@
-
+"""`fluxctl`, the command line (click): `fluxctl node start`, `fluxctl cluster
+up|status|down|kill|restart`.
+"""

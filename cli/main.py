@@ -1,9 +1,9 @@
 """``fluxctl``: run Flux nodes and local clusters.
 
-    fluxctl node start --config node.toml        run one node in the foreground
-    fluxctl node start --data-dir d --kafka-port 9092   the same without a file
-    fluxctl cluster up [--nodes 1]              start a local cluster in the background
-    fluxctl cluster status | down | kill N | restart N
+fluxctl node start --config node.toml        run one node in the foreground
+fluxctl node start --data-dir d --kafka-port 9092   the same without a file
+fluxctl cluster up [--nodes 1]              start a local cluster in the background
+fluxctl cluster status | down | kill N | restart N
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-
 from flux.cluster.config import ConfigError, load_config
 from flux.cluster.launcher import NodeProcess, NodeStartError, write_node_config
 
@@ -143,7 +142,11 @@ def cluster_up(cluster_dir: str, nodes: int, kafka_port: int, timeout: float) ->
             write_node_config(
                 config_path,
                 {
-                    "node": {"id": node_id, "roles": ["broker"], "data_dir": str(node_dir / "data")},
+                    "node": {
+                        "id": node_id,
+                        "roles": ["broker"],
+                        "data_dir": str(node_dir / "data"),
+                    },
                     "broker": {"kafka_port": kafka_port + node_id - 1 if kafka_port else 0},
                 },
             )

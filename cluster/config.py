@@ -189,9 +189,7 @@ class _Section:
         raise AttributeError("configuration is read-only")
 
 
-def parse_config(
-    raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
-) -> NodeConfig:
+def parse_config(raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> NodeConfig:
     """Validate ``raw`` (parsed TOML) plus ``FLUX_`` overrides from ``environ``."""
     merged: dict[str, dict[str, Any]] = {}
     for section, keys in raw.items():

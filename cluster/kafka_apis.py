@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from flux.protocol.api import ApiKey, RequestHeader, encode_response
+from flux.protocol.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_response
 from flux.protocol.errors import CorruptRecordError, ErrorCode, UnsupportedVersionError
 from flux.protocol.records import decode_records
 from flux.storage import CorruptBatchError, OffsetOutOfRangeError
@@ -33,17 +33,23 @@ __all__ = ["ADVERTISED_VERSIONS", "KafkaApis"]
 
 log = logging.getLogger("flux.cluster.apis")
 
-# The version ranges this broker implements and advertises in ApiVersions.
+# The APIs this broker answers. It advertises the codec's full range for each, except
+# ListOffsets v7, whose MAX_TIMESTAMP lookup (-3) is not implemented.
+_IMPLEMENTED_APIS = (
+    ApiKey.PRODUCE,
+    ApiKey.FETCH,
+    ApiKey.LIST_OFFSETS,
+    ApiKey.METADATA,
+    ApiKey.API_VERSIONS,
+    ApiKey.CREATE_TOPICS,
+    ApiKey.DELETE_TOPICS,
+    ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.DESCRIBE_CLUSTER,
+)
+_VERSION_CAPS = {ApiKey.LIST_OFFSETS: 6}
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 9),
-    ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (0, 6),
-    ApiKey.METADATA: (0, 12),
-    ApiKey.API_VERSIONS: (0, 3),
-    ApiKey.CREATE_TOPICS: (0, 7),
-    ApiKey.DELETE_TOPICS: (0, 6),
-    ApiKey.DESCRIBE_CONFIGS: (0, 4),
-    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    key: (SUPPORTED_VERSIONS[key][0], min(SUPPORTED_VERSIONS[key][1], _VERSION_CAPS.get(key, 99)))
+    for key in _IMPLEMENTED_APIS
 }
 
 LEADER_EPOCH = 0  # a lone broker leads every partition in epoch 0 until the controller lands
@@ -118,7 +124,9 @@ class KafkaApis:
         requested = body.get("topics")
         if header.api_version == 0 and not requested:
             requested = None  # v0: an empty list means every topic
-        allow_create = body.get("allow_auto_topic_creation", True) if header.api_version >= 4 else True
+        allow_create = (
+            body.get("allow_auto_topic_creation", True) if header.api_version >= 4 else True
+        )
         if requested is None:
             names: list[tuple[str | None, uuid.UUID | None]] = [
                 (name, None) for name in sorted(self._replicas.topics)
@@ -178,7 +186,9 @@ class KafkaApis:
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
 
-    async def _describe_cluster(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+    async def _describe_cluster(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
         host, port, rack = self._broker_endpoint()
         endpoint_type = body.get("endpoint_type", 1)
         response: dict[str, Any] = {
@@ -284,7 +294,9 @@ class KafkaApis:
             for partition in topic["partitions"]
         ]
         while True:
-            responses, total_bytes, has_error = self._read_partitions(requests, max_bytes, read_committed)
+            responses, total_bytes, has_error = self._read_partitions(
+                requests, max_bytes, read_committed
+            )
             remaining_s = deadline - time.monotonic()
             if total_bytes >= min_bytes or has_error or remaining_s <= 0:
                 break
@@ -294,7 +306,12 @@ class KafkaApis:
                 if (p := self._replicas.partition(name, request["partition"])) is not None
             ]
             await self._replicas.wait_for_data(partitions, remaining_s)
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.NONE,
+            "session_id": 0,
+            "responses": responses,
+        }
 
     def _read_partitions(
         self, requests: list[tuple[str, dict[str, Any]]], max_bytes: int, read_committed: bool
@@ -405,7 +422,9 @@ class KafkaApis:
                 if record.timestamp >= timestamp and record.offset < partition.high_watermark:
                     return record.offset, record.timestamp
         except CorruptRecordError:
-            log.error("batch of %s-%d cannot be decoded for ListOffsets", partition.topic, partition.index)
+            log.error(
+                "batch of %s-%d cannot be decoded for ListOffsets", partition.topic, partition.index
+            )
         return None
 
     # -- CreateTopics, DeleteTopics -----------------------------------------------------------
@@ -421,7 +440,9 @@ class KafkaApis:
                     _create_result(topic["name"], ErrorCode.INVALID_REQUEST, "topic named twice")
                 )
                 continue
-            results.append(self._create_topic(topic, validate_only=body.get("validate_only", False)))
+            results.append(
+                self._create_topic(topic, validate_only=body.get("validate_only", False))
+            )
         return {"throttle_time_ms": 0, "topics": results}
 
     def _create_topic(self, topic: dict[str, Any], *, validate_only: bool) -> dict[str, Any]:
@@ -431,7 +452,9 @@ class KafkaApis:
         except InvalidTopicError as error:
             return _create_result(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(error))
         if self._replicas.topic(name) is not None:
-            return _create_result(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            return _create_result(
+                name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+            )
         partitions = topic["num_partitions"]
         replication_factor = topic["replication_factor"]
         assignments = topic.get("assignments") or []
@@ -534,7 +557,9 @@ class KafkaApis:
 
     # -- DescribeConfigs ----------------------------------------------------------------------
 
-    async def _describe_configs(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+    async def _describe_configs(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
         results = []
         for resource in body["resources"]:
             results.append(self._describe_resource(resource, header.api_version))
@@ -557,7 +582,12 @@ class KafkaApis:
                 result["error_message"] = f"topic {name!r} does not exist"
                 return result
             entries = [
-                (key, value, CONFIG_SOURCE_TOPIC if key in state.config.overrides else CONFIG_SOURCE_DEFAULT, False)
+                (
+                    key,
+                    value,
+                    CONFIG_SOURCE_TOPIC if key in state.config.overrides else CONFIG_SOURCE_DEFAULT,
+                    False,
+                )
                 for key, value in sorted(state.config.values.items())
             ]
         elif kind == RESOURCE_BROKER:
@@ -566,7 +596,8 @@ class KafkaApis:
                 result["error_message"] = f"broker {name!r} is not this broker ({self._node_id})"
                 return result
             entries = [
-                (key, value, CONFIG_SOURCE_STATIC_BROKER, True) for key, value in self._broker_configs()
+                (key, value, CONFIG_SOURCE_STATIC_BROKER, True)
+                for key, value in self._broker_configs()
             ]
         else:
             result["error_code"] = ErrorCode.INVALID_REQUEST
@@ -639,7 +670,9 @@ def _oversized_batch(records: bytes | memoryview, limit: int) -> str | None:
     view = memoryview(records)
     position = 0
     while position + _BATCH_OVERHEAD <= len(view):
-        size = int.from_bytes(view[position + _BATCH_LENGTH_OFFSET : position + _BATCH_OVERHEAD], "big", signed=True)
+        size = int.from_bytes(
+            view[position + _BATCH_LENGTH_OFFSET : position + _BATCH_OVERHEAD], "big", signed=True
+        )
         size += _BATCH_OVERHEAD
         if size > limit:
             return f"record batch of {size} bytes exceeds max.message.bytes {limit}"

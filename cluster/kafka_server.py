@@ -87,7 +87,9 @@ class KafkaServer:
         assert task is not None
         peer = _peer_name(writer)
         if len(self._connections) >= self._max_connections:
-            log.warning("refusing connection from %s: %d connections open", peer, len(self._connections))
+            log.warning(
+                "refusing connection from %s: %d connections open", peer, len(self._connections)
+            )
             writer.close()
             return
         self._connections.add(task)

@@ -84,7 +84,15 @@ class NodeProcess:
         log_file = open(self.log_path, "ab")
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "flux.cli.main", "node", "start", "--config", str(self.config_path)],
+                [
+                    sys.executable,
+                    "-m",
+                    "flux.cli.main",
+                    "node",
+                    "start",
+                    "--config",
+                    str(self.config_path),
+                ],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -109,7 +117,9 @@ class NodeProcess:
             except (FileNotFoundError, json.JSONDecodeError):
                 pass
             time.sleep(_POLL_INTERVAL_S)
-        raise NodeStartError(f"node {self.node_id} not ready after {timeout_s} s:\n{self.log_tail()}")
+        raise NodeStartError(
+            f"node {self.node_id} not ready after {timeout_s} s:\n{self.log_tail()}"
+        )
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None

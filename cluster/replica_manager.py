@@ -20,7 +20,6 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from flux.storage import AppendResult, CheckpointStore, MemoryLog, PartitionLog
 
@@ -82,6 +81,7 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._remove_deleted_directories()
         recovery_points = self._checkpoints.get_all(_RECOVERY_POINTS)
+        self._saved_recovery_points: dict[str, int] = dict(recovery_points)
         for record in self._metadata.topics.values():
             self._open_topic(record, recovery_points)
 
@@ -111,7 +111,9 @@ class ReplicaManager:
         """Create ``name``; the caller has validated the name, count and config."""
         assert name not in self._topics, name
         overrides = {key: config.values[key] for key in sorted(config.overrides)}
-        record = TopicRecord(name=name, topic_id=uuid.uuid4(), partitions=partitions, config=overrides)
+        record = TopicRecord(
+            name=name, topic_id=uuid.uuid4(), partitions=partitions, config=overrides
+        )
         self._metadata.put(record)
         return self._open_topic(record, {})
 
@@ -130,6 +132,7 @@ class ReplicaManager:
                 os.replace(directory, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
             self._checkpoints.delete(_RECOVERY_POINTS, f"{name}-{index}")
+            self._saved_recovery_points.pop(f"{name}-{index}", None)
 
     def _open_topic(self, record: TopicRecord, recovery_points: dict[str, int]) -> TopicState:
         config = self.topic_config(dict(record.config))
@@ -215,23 +218,30 @@ class ReplicaManager:
         return deleted
 
     def flush_by_time(self) -> None:
-        flushed = False
+        """Apply each log's ``flush.ms`` policy, then checkpoint recovery points that moved
+        (by these flushes, by ``flush.messages``, or by segment rolls)."""
         for partition in list(self._partitions.values()):
             try:
-                flushed |= bool(partition.log.maybe_flush())
+                partition.log.maybe_flush()
             except OSError:
                 log.exception("flush of %s-%d failed", partition.topic, partition.index)
-        if flushed:
-            self.checkpoint_recovery_points()
+        self.checkpoint_recovery_points()
 
     def checkpoint_recovery_points(self) -> None:
+        """Write the recovery points that changed since the last checkpoint (one transaction)."""
         points = {
             f"{p.topic}-{p.index}": p.log.recovery_point
             for p in self._partitions.values()
             if isinstance(p.log, PartitionLog)
         }
-        if points:
-            self._checkpoints.put_many(_RECOVERY_POINTS, points)
+        changed = {
+            key: point
+            for key, point in points.items()
+            if self._saved_recovery_points.get(key) != point
+        }
+        if changed:
+            self._checkpoints.put_many(_RECOVERY_POINTS, changed)
+            self._saved_recovery_points.update(changed)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -46,9 +46,7 @@ class KafkaConnection:
         """Send one request and return the decoded response body."""
         self._correlation_id += 1
         correlation_id = self._correlation_id
-        self.send_raw(
-            encode_request(api_key, api_version, correlation_id, self._client_id, body)
-        )
+        self.send_raw(encode_request(api_key, api_version, correlation_id, self._client_id, body))
         frame = self.receive_frame()
         received_id, response = decode_response(api_key, api_version, frame)
         if received_id != correlation_id:

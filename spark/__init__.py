@@ -1,1 +1,2 @@
-
+"""The PySpark data source `flux`. Arrives with the Spark issue.
+"""

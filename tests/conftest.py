@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from flux.cluster.launcher import NodeProcess, write_node_config
 
 NodeFactory = Callable[..., NodeProcess]

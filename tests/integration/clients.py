@@ -48,7 +48,9 @@ class Received:
     headers: tuple[tuple[str, bytes], ...]
 
 
-def check_received(sent: list[Message], received: list[Received], partitions: int = PARTITIONS) -> None:
+def check_received(
+    sent: list[Message], received: list[Received], partitions: int = PARTITIONS
+) -> None:
     """Every message came back once, on murmur2's partition, in send order within it."""
     assert len(received) == len(sent), f"received {len(received)} of {len(sent)} messages"
     by_value = {message.value: message for message in sent}

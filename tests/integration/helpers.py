@@ -12,7 +12,9 @@ from flux.protocol.records import build_batch, iter_batches
 from flux.sdk.wire import KafkaConnection
 
 
-def wait_until(condition: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05) -> Any:
+def wait_until(
+    condition: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05
+) -> Any:
     """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -35,7 +37,9 @@ def create_topic(conn: KafkaConnection, name: str, partitions: int = 1, **config
                     "num_partitions": partitions,
                     "replication_factor": 1,
                     "assignments": [],
-                    "configs": [{"name": k.replace("_", "."), "value": v} for k, v in configs.items()],
+                    "configs": [
+                        {"name": k.replace("_", "."), "value": v} for k, v in configs.items()
+                    ],
                 }
             ],
             "timeout_ms": 10000,
@@ -121,7 +125,9 @@ def fetch(
     return response["responses"][0]["partitions"][0]
 
 
-def read_values(conn: KafkaConnection, topic: str, *, partition: int = 0, start: int = 0) -> list[tuple[int, bytes]]:
+def read_values(
+    conn: KafkaConnection, topic: str, *, partition: int = 0, start: int = 0
+) -> list[tuple[int, bytes]]:
     """Every (offset, value) from ``start`` to the high watermark."""
     from flux.protocol.records import decode_records
 
@@ -141,7 +147,9 @@ def read_values(conn: KafkaConnection, topic: str, *, partition: int = 0, start:
         assert offset > before, f"fetch at {before} below the high watermark returned nothing"
 
 
-def list_offset(conn: KafkaConnection, topic: str, timestamp: int, *, partition: int = 0) -> dict[str, Any]:
+def list_offset(
+    conn: KafkaConnection, topic: str, timestamp: int, *, partition: int = 0
+) -> dict[str, Any]:
     response = conn.request(
         ApiKey.LIST_OFFSETS,
         5,
@@ -152,7 +160,11 @@ def list_offset(conn: KafkaConnection, topic: str, timestamp: int, *, partition:
                 {
                     "name": topic,
                     "partitions": [
-                        {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}
+                        {
+                            "partition_index": partition,
+                            "current_leader_epoch": -1,
+                            "timestamp": timestamp,
+                        }
                     ],
                 }
             ],

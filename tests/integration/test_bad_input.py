@@ -6,11 +6,11 @@ import socket
 import struct
 
 import pytest
-
 from flux.protocol.api import ApiKey, decode_response, encode_request
 from flux.protocol.errors import ErrorCode
 from flux.protocol.records import build_batch
 from flux.sdk.wire import KafkaConnection
+
 from tests.integration.helpers import create_topic, produce, produce_values, read_values
 
 pytestmark = pytest.mark.integration
@@ -40,8 +40,12 @@ BAD_FRAMES = {
     "garbage_body": struct.pack(">i", 12) + b"\xff" * 12,
     "unknown_api_key": struct.pack(">i", 13) + _header(9999, 0),
     "unsupported_produce_version": struct.pack(">i", 13) + _header(ApiKey.PRODUCE, 1),
-    "truncated_metadata_body": struct.pack(">i", 17) + _header(ApiKey.METADATA, 5) + b"\x00\x00\x00\x09",
-    "array_length_past_end": struct.pack(">i", 17) + _header(ApiKey.METADATA, 1) + b"\x7f\xff\xff\xff",
+    "truncated_metadata_body": struct.pack(">i", 17)
+    + _header(ApiKey.METADATA, 5)
+    + b"\x00\x00\x00\x09",
+    "array_length_past_end": struct.pack(">i", 17)
+    + _header(ApiKey.METADATA, 1)
+    + b"\x7f\xff\xff\xff",
 }
 
 
@@ -61,7 +65,7 @@ def test_bad_frame_closes_only_that_connection(broker, healthy, name: str) -> No
     with _raw(broker) as sock:
         sock.sendall(BAD_FRAMES[name])
         assert _closed_by_broker(sock)
-    assert f"closing connection" in broker.log_tail(20)
+    assert "closing connection" in broker.log_tail(20)
 
 
 def test_frame_cut_short_then_disconnect(broker, healthy) -> None:
@@ -117,7 +121,9 @@ def test_oversized_batch_gets_message_too_large(node_factory) -> None:
         ("healthy", 1, {}, ErrorCode.TOPIC_ALREADY_EXISTS),
     ],
 )
-def test_create_topics_rejects_bad_requests(broker, healthy, name, partitions, configs, expected) -> None:
+def test_create_topics_rejects_bad_requests(
+    broker, healthy, name, partitions, configs, expected
+) -> None:
     response = healthy.request(
         ApiKey.CREATE_TOPICS,
         4,
@@ -167,4 +173,4 @@ def test_many_bad_connections_then_kafka_client(broker) -> None:
 
 def test_encode_request_helper_matches_header_layout() -> None:
     frame = encode_request(ApiKey.METADATA, 1, 7, "raw", {"topics": []})
-    assert frame[4:4 + 13] == _header(ApiKey.METADATA, 1)
+    assert frame[4 : 4 + 13] == _header(ApiKey.METADATA, 1)

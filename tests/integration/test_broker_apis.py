@@ -8,12 +8,19 @@ import time
 import uuid
 
 import pytest
-
 from flux.protocol.api import ApiKey
 from flux.protocol.errors import ErrorCode
 from flux.protocol.records import RecordSpec, build_batch
 from flux.sdk.wire import KafkaConnection
-from tests.integration.helpers import create_topic, fetch, list_offset, produce, produce_values, read_values
+
+from tests.integration.helpers import (
+    create_topic,
+    fetch,
+    list_offset,
+    produce,
+    produce_values,
+    read_values,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +40,10 @@ def test_acks_zero_gets_no_response_but_is_written(conn) -> None:
         "acks": 0,
         "timeout_ms": 1000,
         "topic_data": [
-            {"name": "fire", "partition_data": [{"index": 0, "records": build_batch([(None, b"f", ())])}]}
+            {
+                "name": "fire",
+                "partition_data": [{"index": 0, "records": build_batch([(None, b"f", ())])}],
+            }
         ],
     }
     conn.send_raw(encode_request(ApiKey.PRODUCE, 7, 999, "raw", body))
@@ -81,7 +91,10 @@ def test_list_offsets_earliest_latest_and_by_timestamp(conn) -> None:
     base = 1_700_000_000_000
     for batch in range(3):
         records = build_batch(
-            [RecordSpec(None, b"%d-%d" % (batch, i), (), base + batch * 1000 + i * 100) for i in range(5)]
+            [
+                RecordSpec(None, b"%d-%d" % (batch, i), (), base + batch * 1000 + i * 100)
+                for i in range(5)
+            ]
         )
         assert produce(conn, "times", records)["error_code"] == ErrorCode.NONE
     assert list_offset(conn, "times", -2)["offset"] == 0
@@ -93,7 +106,15 @@ def test_list_offsets_earliest_latest_and_by_timestamp(conn) -> None:
     v0 = conn.request(
         ApiKey.LIST_OFFSETS,
         0,
-        {"replica_id": -1, "topics": [{"name": "times", "partitions": [{"partition_index": 0, "timestamp": -1, "max_num_offsets": 1}]}]},
+        {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "name": "times",
+                    "partitions": [{"partition_index": 0, "timestamp": -1, "max_num_offsets": 1}],
+                }
+            ],
+        },
     )
     assert v0["topics"][0]["partitions"][0]["old_style_offsets"] == [15]
 
@@ -102,11 +123,15 @@ def test_delete_topic_removes_data_and_name_can_be_reused(conn, broker) -> None:
     assert create_topic(conn, "doomed", partitions=2) == ErrorCode.NONE
     produce_values(conn, "doomed", [b"old"])
     assert (broker.data_dir / "doomed-0").is_dir()
-    response = conn.request(ApiKey.DELETE_TOPICS, 4, {"topic_names": ["doomed", "never-was"], "timeout_ms": 1000})
+    response = conn.request(
+        ApiKey.DELETE_TOPICS, 4, {"topic_names": ["doomed", "never-was"], "timeout_ms": 1000}
+    )
     codes = {item["name"]: item["error_code"] for item in response["responses"]}
     assert codes == {"doomed": ErrorCode.NONE, "never-was": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
     assert not (broker.data_dir / "doomed-0").exists()
-    metadata = conn.request(ApiKey.METADATA, 5, {"topics": [{"name": "doomed"}], "allow_auto_topic_creation": False})
+    metadata = conn.request(
+        ApiKey.METADATA, 5, {"topics": [{"name": "doomed"}], "allow_auto_topic_creation": False}
+    )
     assert metadata["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert create_topic(conn, "doomed") == ErrorCode.NONE
     assert read_values(conn, "doomed") == []
@@ -116,18 +141,25 @@ def test_metadata_auto_create_and_topic_ids(conn, broker) -> None:
     created = conn.request(
         ApiKey.CREATE_TOPICS,
         7,
-        {"topics": [{"name": "ids", "num_partitions": 2, "replication_factor": 1}], "timeout_ms": 1000},
+        {
+            "topics": [{"name": "ids", "num_partitions": 2, "replication_factor": 1}],
+            "timeout_ms": 1000,
+        },
     )
     topic_id = created["topics"][0]["topic_id"]
     assert topic_id != uuid.UUID(int=0)
     metadata = conn.request(
-        ApiKey.METADATA, 12, {"topics": [{"name": "ids"}, {"name": "auto-made"}], "allow_auto_topic_creation": True}
+        ApiKey.METADATA,
+        12,
+        {"topics": [{"name": "ids"}, {"name": "auto-made"}], "allow_auto_topic_creation": True},
     )
     by_name = {topic["name"]: topic for topic in metadata["topics"]}
     assert by_name["ids"]["topic_id"] == topic_id
     assert [p["leader_id"] for p in by_name["ids"]["partitions"]] == [1, 1]
     assert by_name["auto-made"]["error_code"] == ErrorCode.NONE
-    assert metadata["brokers"] == [{"node_id": 1, "host": "127.0.0.1", "port": broker.kafka_port, "rack": None}]
+    assert metadata["brokers"] == [
+        {"node_id": 1, "host": "127.0.0.1", "port": broker.kafka_port, "rack": None}
+    ]
     refused = conn.request(
         ApiKey.METADATA, 12, {"topics": [{"name": "not-made"}], "allow_auto_topic_creation": False}
     )
@@ -141,7 +173,14 @@ def test_admin_describe_configs_and_cluster(broker) -> None:
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     admin.create_topics(
-        [NewTopic("configured", num_partitions=1, replication_factor=1, config={"retention.ms": "12345"})]
+        [
+            NewTopic(
+                "configured",
+                num_partitions=1,
+                replication_factor=1,
+                config={"retention.ms": "12345"},
+            )
+        ]
     )["configured"].result(timeout=30)
     resource = ConfigResource(ConfigResource.Type.TOPIC, "configured")
     configs = admin.describe_configs([resource])[resource].result(timeout=30)

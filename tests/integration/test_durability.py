@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from flux.protocol.errors import ErrorCode
 from flux.sdk.wire import KafkaConnection
+
 from tests.integration.helpers import (
     create_topic,
     fetch,
@@ -40,7 +40,9 @@ def test_sigkill_restart_serves_everything_acknowledged(broker) -> None:
         producer.produce(
             "durable",
             value=b"v-%d" % index,
-            on_delivery=lambda error, msg: acknowledged.append(msg.value()) if error is None else None,
+            on_delivery=lambda error, msg: (
+                acknowledged.append(msg.value()) if error is None else None
+            ),
         )
         producer.poll(0)
     assert producer.flush(30) == 0
@@ -86,7 +88,8 @@ def test_retention_by_size_moves_log_start_offset(node_factory) -> None:
     node = node_factory(broker={"retention_check_interval_ms": 100})
     with _connect(node) as conn:
         assert (
-            create_topic(conn, "sized", segment_bytes="4096", retention_bytes="8192") == ErrorCode.NONE
+            create_topic(conn, "sized", segment_bytes="4096", retention_bytes="8192")
+            == ErrorCode.NONE
         )
         for batch in range(40):
             produce_values(conn, "sized", [b"%04d" % batch + b"x" * 500 for _ in range(2)])
@@ -104,7 +107,8 @@ def test_retention_by_age_deletes_expired_segments(node_factory) -> None:
     hour_ago = int(time.time() * 1000) - 3_600_000
     with _connect(node) as conn:
         assert (
-            create_topic(conn, "aged", segment_bytes="4096", retention_ms="600000") == ErrorCode.NONE
+            create_topic(conn, "aged", segment_bytes="4096", retention_ms="600000")
+            == ErrorCode.NONE
         )
         for batch in range(20):
             produce_values(

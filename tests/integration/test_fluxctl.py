@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from flux.protocol.api import ApiKey
 from flux.sdk.wire import KafkaConnection
 
@@ -27,7 +26,9 @@ def _fluxctl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]
 
 def _metadata_brokers(bootstrap: str) -> list[int]:
     with KafkaConnection.from_bootstrap(bootstrap) as conn:
-        response = conn.request(ApiKey.METADATA, 5, {"topics": [], "allow_auto_topic_creation": False})
+        response = conn.request(
+            ApiKey.METADATA, 5, {"topics": [], "allow_auto_topic_creation": False}
+        )
     return [broker["node_id"] for broker in response["brokers"]]
 
 

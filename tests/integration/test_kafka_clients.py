@@ -9,7 +9,14 @@ import uuid
 
 import pytest
 
-from tests.integration.clients import CODECS, PARTITIONS, Message, Received, check_received, workload
+from tests.integration.clients import (
+    CODECS,
+    PARTITIONS,
+    Message,
+    Received,
+    check_received,
+    workload,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +41,14 @@ def test_confluent_kafka(broker) -> None:
     bootstrap = broker.bootstrap_servers
     topic = _topic()
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]
+    )
     futures[topic].result(timeout=30)
     assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == PARTITIONS
 
     messages = workload()
+    errors: list[object] = []
     for codec, group in _group(messages).items():
         producer = Producer(
             {
@@ -50,7 +60,6 @@ def test_confluent_kafka(broker) -> None:
                 "linger.ms": 5,
             }
         )
-        errors: list[object] = []
         for message in group:
             producer.produce(
                 topic,
@@ -154,7 +163,9 @@ async def _aiokafka(bootstrap: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+        await admin.create_topics(
+            [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]
+        )
         assert topic in await admin.list_topics()
     finally:
         await admin.close()
@@ -179,7 +190,9 @@ async def _aiokafka(bootstrap: str) -> None:
         finally:
             await producer.stop()
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
+    )
     await consumer.start()
     received: list[Received] = []
     try:

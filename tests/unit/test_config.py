@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from flux.cluster.config import ConfigError, load_config, parse_config
 
 

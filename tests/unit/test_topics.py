@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
-
 from flux.cluster.config import parse_config
-from flux.cluster.topics import InvalidConfigError, InvalidTopicError, TopicConfig, validate_topic_name
+from flux.cluster.topics import (
+    InvalidConfigError,
+    InvalidTopicError,
+    TopicConfig,
+    validate_topic_name,
+)
 
 
 @pytest.mark.parametrize("name", ["a", "orders.v1", "A_b-9", "x" * 249])
