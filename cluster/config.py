@@ -136,6 +136,9 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "message_timestamp_type": _Key(
             "CreateTime", _str(("CreateTime", "LogAppendTime")), "default timestamp type"
         ),
+        "unclean_leader_election_enable": _Key(
+            False, _bool, "default unclean.leader.election.enable"
+        ),
     },
     "message": {
         "ttl_ms": _Key(-1, _MS, "memory-topic message TTL (-1 = none)"),
