@@ -13,18 +13,20 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import click
 from flux.cluster.config import ConfigError, load_config
-from flux.cluster.launcher import NodeProcess, NodeStartError, write_node_config
+from flux.cluster.launcher import NodeProcess, NodeStartError, local_cluster_configs
 
 __all__ = ["main"]
 
 DEFAULT_CLUSTER_DIR = ".flux/cluster"
 STATE_FILE = "cluster.json"
 DEFAULT_KAFKA_PORT = 9092
+CONTROLLER_PORT_OFFSET = 100
 
 
 @click.group()
@@ -104,81 +106,74 @@ def cluster() -> None:
 
 
 _dir_option = click.option(
-    "--dir",
+    "--data-dir",
     "cluster_dir",
     default=DEFAULT_CLUSTER_DIR,
     show_default=True,
     type=click.Path(file_okay=False),
     help="where configs, data and logs of the local cluster live",
 )
+_json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 
 
 @cluster.command("up")
 @_dir_option
-@click.option("--nodes", default=1, show_default=True, type=click.IntRange(1, 9))
+@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 9))
 @click.option(
-    "--kafka-port",
+    "--base-port",
     default=DEFAULT_KAFKA_PORT,
     show_default=True,
-    type=click.IntRange(0, 65535),
-    help="Kafka port of node 1 (node N gets this + N - 1); 0 picks free ports",
+    type=click.IntRange(0, 65000),
+    help="Kafka port of node 1 (node N: +N-1); controller ports start at +100; 0 picks free ports",
 )
 @click.option("--timeout", default=60.0, show_default=True, help="seconds to wait for readiness")
-def cluster_up(cluster_dir: str, nodes: int, kafka_port: int, timeout: float) -> None:
-    """Start the cluster in the background, wait until it serves, print its addresses as JSON."""
+@_json_option
+def cluster_up(cluster_dir: str, nodes: int, base_port: int, timeout: float, as_json: bool) -> None:
+    """Start N nodes (each controller + broker) in the background and wait until every broker
+    is registered and a controller is active; print the bootstrap servers."""
     root = Path(cluster_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     state = _load_state(root)
     if state and any(_alive(entry) for entry in state["nodes"]):
-        click.echo(json.dumps(_status(state), indent=2))
-        click.echo("cluster already running (fluxctl cluster down stops it)", err=True)
+        _print_status(_status(state), as_json)
+        click.echo(f"cluster already running in {root} (fluxctl cluster down stops it)", err=True)
         return
-    processes = []
-    for node_id in range(1, nodes + 1):
-        node_dir = root / f"node-{node_id}"
-        node_dir.mkdir(exist_ok=True)
-        config_path = node_dir / "node.toml"
-        if not config_path.exists():
-            write_node_config(
-                config_path,
-                {
-                    "node": {
-                        "id": node_id,
-                        "roles": ["broker"],
-                        "data_dir": str(node_dir / "data"),
-                    },
-                    "broker": {"kafka_port": kafka_port + node_id - 1 if kafka_port else 0},
-                },
-            )
-        processes.append(_process(node_id, node_dir))
+    if state and len(state["nodes"]) == nodes:
+        processes = [_process(entry["id"], root / f"node-{entry['id']}") for entry in state["nodes"]]
+    else:
+        processes = local_cluster_configs(
+            root,
+            nodes,
+            kafka_base_port=base_port,
+            controller_base_port=base_port + CONTROLLER_PORT_OFFSET if base_port else 0,
+        )
     for process in processes:
         process.start()
-    entries = []
     try:
         for process in processes:
             process.wait_ready(timeout)
-            entries.append(_entry(process))
     except NodeStartError as error:
         for process in processes:
             process.stop()
         raise click.ClickException(str(error)) from None
-    state = {"dir": str(root), "nodes": entries}
+    state = {"dir": str(root), "nodes": [_entry(process) for process in processes]}
     (root / STATE_FILE).write_text(json.dumps(state, indent=2))
-    click.echo(json.dumps(_status(state), indent=2))
+    _print_status(_status(state), as_json)
 
 
 @cluster.command("status")
 @_dir_option
-def cluster_status(cluster_dir: str) -> None:
-    """Print each node's pid, address and whether it runs, as JSON."""
+@_json_option
+def cluster_status(cluster_dir: str, as_json: bool) -> None:
+    """Each node's pid, addresses, health and controller role."""
     state = _require_state(Path(cluster_dir).resolve())
-    click.echo(json.dumps(_status(state), indent=2))
+    _print_status(_status(state), as_json)
 
 
 @cluster.command("down")
 @_dir_option
 def cluster_down(cluster_dir: str) -> None:
-    """Stop every node (SIGTERM, then SIGKILL after 15 s)."""
+    """Stop every node (SIGTERM, then SIGKILL after 15 s). Data stays for the next `up`."""
     root = Path(cluster_dir).resolve()
     state = _load_state(root)
     if not state:
@@ -186,7 +181,9 @@ def cluster_down(cluster_dir: str) -> None:
         return
     for entry in state["nodes"]:
         _terminate(entry)
-    (root / STATE_FILE).unlink(missing_ok=True)
+    for entry in state["nodes"]:
+        entry["pid"] = None
+    (root / STATE_FILE).write_text(json.dumps(state, indent=2))
     click.echo(json.dumps({"stopped": [entry["id"] for entry in state["nodes"]]}))
 
 
@@ -194,7 +191,7 @@ def cluster_down(cluster_dir: str) -> None:
 @_dir_option
 @click.argument("node_id", type=int)
 def cluster_kill(cluster_dir: str, node_id: int) -> None:
-    """SIGKILL one node (a crash)."""
+    """SIGKILL one node (a crash, for demos and tests)."""
     root = Path(cluster_dir).resolve()
     entry = _find(_require_state(root), node_id)
     if _alive(entry):
@@ -207,7 +204,8 @@ def cluster_kill(cluster_dir: str, node_id: int) -> None:
 @_dir_option
 @click.argument("node_id", type=int)
 @click.option("--timeout", default=60.0, show_default=True)
-def cluster_restart(cluster_dir: str, node_id: int, timeout: float) -> None:
+@_json_option
+def cluster_restart(cluster_dir: str, node_id: int, timeout: float, as_json: bool) -> None:
     """Stop one node (if running) and start it again with the same config and data."""
     root = Path(cluster_dir).resolve()
     state = _require_state(root)
@@ -221,7 +219,7 @@ def cluster_restart(cluster_dir: str, node_id: int, timeout: float) -> None:
         raise click.ClickException(str(error)) from None
     entry.update(_entry(process))
     (root / STATE_FILE).write_text(json.dumps(state, indent=2))
-    click.echo(json.dumps(_status(state), indent=2))
+    _print_status(_status(state), as_json)
 
 
 def _process(node_id: int, node_dir: Path) -> NodeProcess:
@@ -234,10 +232,13 @@ def _process(node_id: int, node_dir: Path) -> NodeProcess:
 
 
 def _entry(process: NodeProcess) -> dict[str, Any]:
+    ready = process.ready
     return {
         "id": process.node_id,
         "pid": process.pid,
-        "bootstrap": process.bootstrap_servers,
+        "kafka": ready.get("bootstrap_servers"),
+        "http": ready.get("controller_http"),
+        "roles": ready.get("roles", []),
         "config": str(process.config_path),
         "data_dir": str(process.data_dir),
         "log": str(process.log_path),
@@ -245,11 +246,57 @@ def _entry(process: NodeProcess) -> dict[str, Any]:
 
 
 def _status(state: dict[str, Any]) -> dict[str, Any]:
-    nodes = [{**entry, "running": _alive(entry)} for entry in state["nodes"]]
+    nodes = []
+    for entry in state["nodes"]:
+        running = _alive(entry)
+        controller = _controller_status(entry["http"]) if running and entry.get("http") else None
+        nodes.append(
+            {
+                **entry,
+                "running": running,
+                "healthy": running and (Path(entry["data_dir"]) / "ready.json").exists(),
+                "active_controller": bool(controller and controller.get("active")),
+                "metadata_version": controller.get("version") if controller else None,
+            }
+        )
     return {
-        "bootstrap_servers": ",".join(entry["bootstrap"] for entry in nodes if entry["running"]),
+        "bootstrap_servers": ",".join(n["kafka"] for n in nodes if n["running"] and n["kafka"]),
         "nodes": nodes,
     }
+
+
+def _controller_status(http_address: str) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://{http_address}/controller/status", timeout=2) as reply:
+            answer = json.loads(reply.read())
+    except (OSError, ValueError):
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def _print_status(status: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Flux cluster")
+    for column in ("id", "pid", "kafka", "controller http", "roles", "health", "controller"):
+        table.add_column(column)
+    for node in status["nodes"]:
+        table.add_row(
+            str(node["id"]),
+            str(node["pid"] or "-"),
+            node["kafka"] or "-",
+            node["http"] or "-",
+            ",".join(node["roles"]),
+            "healthy" if node["healthy"] else ("starting" if node["running"] else "down"),
+            "active" if node["active_controller"] else "standby",
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"bootstrap servers: {status['bootstrap_servers'] or '(none running)'}")
 
 
 def _load_state(root: Path) -> dict[str, Any] | None:
@@ -270,19 +317,14 @@ def _find(state: dict[str, Any], node_id: int) -> dict[str, Any]:
     for entry in state["nodes"]:
         if entry["id"] == node_id:
             return entry
-    raise click.ClickException(f"no node {node_id} in this cluster")
+    known = ", ".join(str(entry["id"]) for entry in state["nodes"])
+    raise click.ClickException(f"no node {node_id} in this cluster (nodes: {known})")
 
 
 def _alive(entry: dict[str, Any]) -> bool:
-    """True if the recorded pid runs and is still the node that wrote the ready file."""
+    """True if the recorded pid runs and is still a Flux node process."""
     pid = entry.get("pid")
-    if not pid or not _pid_alive(pid):
-        return False
-    try:
-        ready = json.loads((Path(entry["data_dir"]) / "ready.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return _cmdline_is_node(pid)
-    return ready.get("pid") == pid
+    return bool(pid) and _pid_alive(pid) and _cmdline_is_node(pid)
 
 
 def _cmdline_is_node(pid: int) -> bool:

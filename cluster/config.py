@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "NodeConfig", "SCHEMA", "load_config", "parse_config"]
+__all__ = [
+    "ConfigError",
+    "NodeConfig",
+    "SCHEMA",
+    "Voter",
+    "load_config",
+    "parse_config",
+    "parse_voter",
+]
 
 _MS_DAY = 24 * 3600 * 1000
 
@@ -91,12 +99,59 @@ def _str_list(value: Any) -> tuple[str, ...]:
 
 
 _PORT = _int(0, 65535)
+
+
+@dataclass(frozen=True)
+class Voter:
+    """One controller quorum member: ``id@host:raft_port:http_port``."""
+
+    node_id: int
+    host: str
+    raft_port: int
+    http_port: int
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    def __str__(self) -> str:
+        return f"{self.node_id}@{self.host}:{self.raft_port}:{self.http_port}"
+
+
+def parse_voter(text: str) -> Voter:
+    node_id, at, address = text.partition("@")
+    host, _, ports = address.partition(":")
+    raft_port, _, http_port = ports.partition(":")
+    try:
+        voter = Voter(int(node_id), host, int(raft_port), int(http_port))
+    except ValueError:
+        raise ValueError(f"voter {text!r} is not of the form id@host:raft_port:http_port") from None
+    if not at or not host or not (0 < voter.raft_port < 65536 and 0 < voter.http_port < 65536):
+        raise ValueError(f"voter {text!r} is not of the form id@host:raft_port:http_port")
+    return voter
+
+
+def _voters(value: Any) -> tuple[Voter, ...]:
+    if isinstance(value, tuple) and all(isinstance(item, Voter) for item in value):
+        voters = value  # already parsed (defaults, or a config re-validated)
+    else:
+        voters = tuple(parse_voter(item) for item in _str_list(value))
+    ids = [voter.node_id for voter in voters]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"voter ids must be unique, got {ids}")
+    return voters
+
+
 _MS = _int(-1)
 
 SCHEMA: dict[str, dict[str, _Key]] = {
     "node": {
         "id": _Key(1, _int(0, 2**31 - 1), "broker/controller id, unique in the cluster"),
-        "roles": _Key(("broker",), _roles, "broker and/or controller"),
+        "roles": _Key(("broker", "controller"), _roles, "broker and/or controller"),
         "data_dir": _Key("./data", _str(), "directory owned by this node"),
         "log_level": _Key("INFO", _str(("DEBUG", "INFO", "WARNING", "ERROR")), "logging level"),
         "cluster_id": _Key("flux-local", _str(), "cluster id reported to clients"),
@@ -115,12 +170,20 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "retention_check_interval_ms": _Key(300000, _int(10), "how often retention runs"),
         "flush_check_interval_ms": _Key(1000, _int(10), "how often the flush.ms policy runs"),
         "request_timeout_ms": _Key(30000, _int(1), "upper bound for any delayed request"),
+        "heartbeat_interval_ms": _Key(500, _int(10), "broker heartbeat period to the controller"),
     },
     "controller": {
-        "raft_port": _Key(0, _PORT, "Raft transport port"),
-        "http_port": _Key(0, _PORT, "controller HTTP port"),
-        "voters": _Key((), _str_list, "quorum voters as id@host:port"),
+        "host": _Key("127.0.0.1", _str(), "address the Raft and controller HTTP ports bind"),
+        "raft_port": _Key(9093, _PORT, "Raft transport port (must match this node's voter entry)"),
+        "http_port": _Key(9094, _PORT, "controller HTTP port (must match this node's voter entry)"),
+        "voters": _Key((), _voters, "quorum voters as id@host:raft_port:http_port"),
         "secret": _Key("", _str(), "cluster shared secret for the Raft transport"),
+        "session_timeout_ms": _Key(3000, _int(100), "broker.session.timeout.ms: fence after"),
+        "preferred_leader_election_delay_ms": _Key(
+            5000, _int(0), "how long a preferred leader must be electable before it is restored"
+        ),
+        "election_timeout_min_ms": _Key(400, _int(50), "Raft election timeout, lower bound"),
+        "election_timeout_max_ms": _Key(1000, _int(100), "Raft election timeout, upper bound"),
     },
     "topic": {
         "partitions": _Key(1, _int(1, 100000), "default partition count"),
@@ -225,7 +288,44 @@ def parse_config(raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = 
                 values[section][key] = spec.check(value)
             except ValueError as error:
                 raise ConfigError(f"{section}.{key}: {error}") from None
+    _check_roles(values)
     return NodeConfig(values)
+
+
+def _check_roles(values: dict[str, dict[str, Any]]) -> None:
+    """Cross-key rules: a controller is one of the voters, on the ports its entry names."""
+    node_id = values["node"]["id"]
+    controller = values["controller"]
+    voters = controller["voters"]
+    if "controller" in values["node"]["roles"]:
+        if not controller["secret"]:
+            raise ConfigError(
+                "controller.secret: the controller role needs the cluster's shared secret "
+                "(fluxctl cluster up generates one)"
+            )
+        if not voters:
+            # A lone node with no voters list forms a quorum of one on its own ports.
+            controller["voters"] = (
+                Voter(
+                    node_id, controller["host"], controller["raft_port"], controller["http_port"]
+                ),
+            )
+            return
+        mine = [voter for voter in voters if voter.node_id == node_id]
+        if not mine:
+            raise ConfigError(
+                f"controller.voters: this node (id {node_id}) is not among the voters"
+            )
+        if (mine[0].raft_port, mine[0].http_port) != (
+            controller["raft_port"],
+            controller["http_port"],
+        ):
+            raise ConfigError(
+                f"controller.voters: entry {mine[0]} does not match controller.raft_port "
+                f"{controller['raft_port']} / controller.http_port {controller['http_port']}"
+            )
+    elif not voters:
+        raise ConfigError("controller.voters: a broker-only node needs the controller voters")
 
 
 def load_config(

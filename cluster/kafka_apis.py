@@ -1,33 +1,38 @@
-"""Kafka request handlers of a single broker.
+"""Kafka request handlers of a broker.
 
-``KafkaApis.handle`` decodes nothing itself: it receives the decoded header and body from the
-listener, answers each API in the version ranges of ``ADVERTISED_VERSIONS`` (a subset of what
-the codec implements), and returns the encoded response frame. Per-partition problems become
-per-partition error codes; nothing a client sends can make the broker drop data it already
-acknowledged.
+``KafkaApis.handle`` receives the decoded header and body from the listener, answers each API
+in the version ranges of ``ADVERTISED_VERSIONS`` (a subset of what the codec implements), and
+returns the encoded response frame.
+
+Reads of cluster state (Metadata, DescribeCluster, DescribeConfigs) answer from this broker's
+metadata image. Admin writes (CreateTopics, DeleteTopics, CreatePartitions, auto-creation) are
+forwarded to the active controller, and answered once this broker's image shows their effect.
+Produce, Fetch and ListOffsets are served only by a partition's leader in a compatible leader
+epoch; other brokers answer ``NOT_LEADER_OR_FOLLOWER``, a stale client epoch gets
+``FENCED_LEADER_EPOCH``. Per-partition problems become per-partition error codes; nothing a
+client sends can make the broker drop data it already acknowledged.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import urllib.parse
 import uuid
 from typing import Any
 
+from flux.controller.image import MetadataImage
 from flux.protocol.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_response
 from flux.protocol.errors import CorruptRecordError, ErrorCode, UnsupportedVersionError
 from flux.protocol.records import decode_records
 from flux.storage import CorruptBatchError, OffsetOutOfRangeError
 
+from .broker_lifecycle import BrokerLifecycle
 from .config import NodeConfig
+from .controller_client import ControllerClient, ControllerUnavailableError
 from .kafka_server import ConnectionInfo
 from .replica_manager import Partition, ReplicaManager
-from .topics import (
-    InvalidConfigError,
-    InvalidTopicError,
-    TopicConfig,
-    validate_topic_name,
-)
+from .topics import InvalidTopicError, validate_topic_name
 
 __all__ = ["ADVERTISED_VERSIONS", "KafkaApis"]
 
@@ -43,6 +48,7 @@ _IMPLEMENTED_APIS = (
     ApiKey.API_VERSIONS,
     ApiKey.CREATE_TOPICS,
     ApiKey.DELETE_TOPICS,
+    ApiKey.CREATE_PARTITIONS,
     ApiKey.DESCRIBE_CONFIGS,
     ApiKey.DESCRIBE_CLUSTER,
 )
@@ -52,8 +58,8 @@ ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
     for key in _IMPLEMENTED_APIS
 }
 
-LEADER_EPOCH = 0  # a lone broker leads every partition in epoch 0 until the controller lands
-MAX_PARTITIONS_PER_TOPIC = 10000
+METADATA_PROPAGATION_TIMEOUT_S = 5.0
+CONTROLLER_WRITE_TIMEOUT_S = 10.0
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 RESOURCE_TOPIC = 2
@@ -65,18 +71,26 @@ CONFIG_TYPE_BOOLEAN = 1
 CONFIG_TYPE_STRING = 2
 CONFIG_TYPE_LONG = 5
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+_ZERO_UUID = uuid.UUID(int=0)
 _BATCH_LENGTH_OFFSET = 8
 _BATCH_OVERHEAD = 12
 
 
 class KafkaApis:
-    """Answers Kafka requests against this broker's ``ReplicaManager``."""
+    """Answers Kafka requests against this broker's ``ReplicaManager`` and metadata image."""
 
-    def __init__(self, config: NodeConfig, replicas: ReplicaManager) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        replicas: ReplicaManager,
+        controller: ControllerClient,
+        lifecycle: BrokerLifecycle,
+    ) -> None:
         self._config = config
         self._replicas = replicas
+        self._controller = controller
+        self._lifecycle = lifecycle
         self._node_id = config.node.id
-        self.advertised_port = config.broker.kafka_port
         self._handlers = {
             ApiKey.API_VERSIONS: self._api_versions,
             ApiKey.METADATA: self._metadata,
@@ -85,6 +99,7 @@ class KafkaApis:
             ApiKey.LIST_OFFSETS: self._list_offsets,
             ApiKey.CREATE_TOPICS: self._create_topics,
             ApiKey.DELETE_TOPICS: self._delete_topics,
+            ApiKey.CREATE_PARTITIONS: self._create_partitions,
             ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
         }
@@ -100,6 +115,10 @@ class KafkaApis:
             return None
         return encode_response(header, response)
 
+    @property
+    def _image(self) -> MetadataImage:
+        return self._replicas.image
+
     # -- ApiVersions, Metadata, DescribeCluster -----------------------------------------------
 
     async def _api_versions(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
@@ -112,76 +131,100 @@ class KafkaApis:
             "throttle_time_ms": 0,
         }
 
-    def _broker_endpoint(self) -> tuple[str, int, str | None]:
-        return (
-            self._config.advertised_host,
-            self.advertised_port,
-            self._config.broker.rack or None,
-        )
+    def _live_brokers(self) -> list[dict[str, Any]]:
+        image = self._image
+        brokers = []
+        for broker_id in image.live_broker_ids():
+            registration = image.brokers[broker_id]
+            brokers.append(
+                {
+                    "node_id": broker_id,
+                    "host": registration.kafka_host,
+                    "port": registration.kafka_port,
+                    "rack": registration.rack,
+                }
+            )
+        return brokers
+
+    def _controller_id(self) -> int:
+        """The active controller if it is a live broker (admin clients send their requests
+        there); otherwise this broker, which forwards them."""
+        active = self._lifecycle.controller_id
+        if active is not None and active in self._image.live_broker_ids():
+            return active
+        return self._node_id
 
     async def _metadata(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
-        host, port, rack = self._broker_endpoint()
         requested = body.get("topics")
         if header.api_version == 0 and not requested:
             requested = None  # v0: an empty list means every topic
-        allow_create = (
-            body.get("allow_auto_topic_creation", True) if header.api_version >= 4 else True
-        )
+        allow_create = True
+        if header.api_version >= 4:
+            allow_create = body.get("allow_auto_topic_creation", True)
         if requested is None:
             names: list[tuple[str | None, uuid.UUID | None]] = [
-                (name, None) for name in sorted(self._replicas.topics)
+                (name, None) for name in sorted(self._image.topics)
             ]
         else:
-            names = [(item.get("name"), item.get("topic_id")) for item in requested]
-        topics = [self._topic_metadata(name, topic_id, allow_create) for name, topic_id in names]
+            names = [(item.get("name") or None, item.get("topic_id")) for item in requested]
+        if allow_create and self._config.broker.auto_create_topics:
+            await self._auto_create([name for name, _ in names if name])
         return {
             "throttle_time_ms": 0,
-            "brokers": [{"node_id": self._node_id, "host": host, "port": port, "rack": rack}],
+            "brokers": self._live_brokers(),
             "cluster_id": self._config.node.cluster_id,
-            "controller_id": self._node_id,
-            "topics": topics,
+            "controller_id": self._controller_id(),
+            "topics": [self._topic_metadata(name, topic_id) for name, topic_id in names],
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
 
-    def _topic_metadata(
-        self, name: str | None, topic_id: uuid.UUID | None, allow_create: bool
-    ) -> dict[str, Any]:
-        zero_id = uuid.UUID(int=0)
-        if name is None and topic_id is not None and topic_id != zero_id:
-            state = self._replicas.topic_by_id(topic_id)
-            if state is None:
-                return _topic_error(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
-            name = state.record.name
-        if name is None:
-            return _topic_error(None, ErrorCode.INVALID_REQUEST, topic_id)
-        state = self._replicas.topic(name)
-        if state is None:
+    async def _auto_create(self, names: list[str]) -> None:
+        for name in names:
+            if name in self._image.topics:
+                continue
             try:
                 validate_topic_name(name)
             except InvalidTopicError:
-                return _topic_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION, None)
-            if not (allow_create and self._config.broker.auto_create_topics):
+                continue
+            answer = await self._forward("POST", "/controller/topics", {"name": name})
+            if answer["error_code"] == ErrorCode.NONE:
+                log.info("auto-created topic %s", name)
+
+    def _topic_metadata(self, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
+        image = self._image
+        if name is None:
+            if topic_id is None or topic_id == _ZERO_UUID:
+                return _topic_error(None, ErrorCode.INVALID_REQUEST, topic_id)
+            topic = image.topic_by_id(str(topic_id))
+            if topic is None:
+                return _topic_error(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
+        else:
+            topic = image.topics.get(name)
+            if topic is None:
+                try:
+                    validate_topic_name(name)
+                except InvalidTopicError:
+                    return _topic_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION, None)
                 return _topic_error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
-            state = self._replicas.create_topic(
-                name, self._config.topic.partitions, self._replicas.topic_config({})
-            )
-            log.info("auto-created topic %s with %d partitions", name, state.record.partitions)
+        live = set(image.live_broker_ids())
         return {
             "error_code": ErrorCode.NONE,
-            "name": name,
-            "topic_id": state.record.topic_id,
-            "is_internal": False,
+            "name": topic.name,
+            "topic_id": uuid.UUID(topic.topic_id),
+            "is_internal": topic.name.startswith("__"),
             "partitions": [
                 {
-                    "error_code": ErrorCode.NONE,
+                    "error_code": (
+                        ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+                    ),
                     "partition_index": index,
-                    "leader_id": self._node_id,
-                    "leader_epoch": LEADER_EPOCH,
-                    "replica_nodes": [self._node_id],
-                    "isr_nodes": [self._node_id],
-                    "offline_replicas": [],
+                    "leader_id": state.leader,
+                    "leader_epoch": state.leader_epoch,
+                    "replica_nodes": list(state.replicas),
+                    "isr_nodes": list(state.isr),
+                    "offline_replicas": [r for r in state.replicas if r not in live],
                 }
-                for index in range(state.record.partitions)
+                for index, state in enumerate(topic.partitions)
             ],
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
@@ -189,7 +232,6 @@ class KafkaApis:
     async def _describe_cluster(
         self, header: RequestHeader, body: dict[str, Any]
     ) -> dict[str, Any]:
-        host, port, rack = self._broker_endpoint()
         endpoint_type = body.get("endpoint_type", 1)
         response: dict[str, Any] = {
             "throttle_time_ms": 0,
@@ -197,8 +239,11 @@ class KafkaApis:
             "error_message": None,
             "endpoint_type": endpoint_type,
             "cluster_id": self._config.node.cluster_id,
-            "controller_id": self._node_id,
-            "brokers": [{"broker_id": self._node_id, "host": host, "port": port, "rack": rack}],
+            "controller_id": self._controller_id(),
+            "brokers": [
+                {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                for b in self._live_brokers()
+            ],
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
         if endpoint_type != 1:
@@ -207,6 +252,22 @@ class KafkaApis:
             response["brokers"] = []
         return response
 
+    async def _forward(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """Send an admin write to the active controller and wait until this broker's metadata
+        shows its effect, so the client's next request here sees it."""
+        try:
+            answer = await self._controller.write(
+                method, path, body, timeout_s=CONTROLLER_WRITE_TIMEOUT_S
+            )
+        except ControllerUnavailableError as error:
+            return {"error_code": ErrorCode.REQUEST_TIMED_OUT, "error_message": str(error)}
+        answer.setdefault("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+        answer.setdefault("error_message", None)
+        version = answer.get("version", 0)
+        if answer["error_code"] == ErrorCode.NONE and version:
+            await self._lifecycle.wait_for_version(version, METADATA_PROPAGATION_TIMEOUT_S)
+        return answer
+
     # -- Produce ------------------------------------------------------------------------------
 
     async def _produce(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -214,42 +275,35 @@ class KafkaApis:
         responses = []
         for topic_data in body["topic_data"]:
             name = topic_data["name"]
-            state = self._replicas.topic(name)
             partition_responses = []
             for partition_data in topic_data["partition_data"]:
                 index = partition_data["index"]
                 if acks not in (0, 1, -1):
-                    error = _partition_result(index, ErrorCode.INVALID_REQUIRED_ACKS)
-                elif state is None:
-                    error = _partition_result(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                else:
-                    error = None
-                partition = self._replicas.partition(name, index)
-                if error is None and partition is None:
-                    error = _partition_result(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                if error is not None:
-                    partition_responses.append(error)
+                    partition_responses.append(
+                        _partition_result(index, ErrorCode.INVALID_REQUIRED_ACKS)
+                    )
                     continue
-                assert partition is not None and state is not None
-                partition_responses.append(
-                    self._append(partition, state.config, partition_data["records"], acks)
-                )
+                found = self._replicas.partition_for_leader(name, index)
+                if isinstance(found, ErrorCode):
+                    partition_responses.append(_partition_result(index, found))
+                    continue
+                partition_responses.append(self._append(found, partition_data["records"], acks))
             responses.append({"name": name, "partition_responses": partition_responses})
         if acks == 0:
             return None
         return {"responses": responses, "throttle_time_ms": 0}
 
-    def _append(
-        self, partition: Partition, config: TopicConfig, records: bytes | None, acks: int
-    ) -> dict[str, Any]:
+    def _append(self, partition: Partition, records: bytes | None, acks: int) -> dict[str, Any]:
         index = partition.index
+        config = partition.config
         if not records:
             return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, "no record batches")
-        if acks == -1 and config.get("min.insync.replicas") > 1:
+        min_insync = config.get("min.insync.replicas")
+        if acks == -1 and len(partition.state.isr) < min_insync:
             return _partition_result(
                 index,
                 ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"in-sync replicas 1 < min.insync.replicas {config.get('min.insync.replicas')}",
+                f"in-sync replicas {len(partition.state.isr)} < min.insync.replicas {min_insync}",
             )
         oversized = _oversized_batch(records, config.get("max.message.bytes"))
         if oversized is not None:
@@ -301,9 +355,12 @@ class KafkaApis:
             if total_bytes >= min_bytes or has_error or remaining_s <= 0:
                 break
             partitions = [
-                p
+                found
                 for name, request in requests
-                if (p := self._replicas.partition(name, request["partition"])) is not None
+                if isinstance(
+                    found := self._replicas.partition_for_leader(name, request["partition"]),
+                    Partition,
+                )
             ]
             await self._replicas.wait_for_data(partitions, remaining_s)
         return {
@@ -321,8 +378,7 @@ class KafkaApis:
         has_error = False
         for name, request in requests:
             index = request["partition"]
-            partition = self._replicas.partition(name, index)
-            result = {
+            result: dict[str, Any] = {
                 "partition_index": index,
                 "error_code": ErrorCode.NONE,
                 "high_watermark": -1,
@@ -333,19 +389,18 @@ class KafkaApis:
                 "records": b"",
             }
             by_topic.setdefault(name, []).append(result)
-            if partition is None:
-                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            found = self._replicas.partition_for_leader(
+                name, index, request.get("current_leader_epoch", -1)
+            )
+            if isinstance(found, ErrorCode):
+                result["error_code"] = found
                 has_error = True
                 continue
-            error = _check_leader_epoch(request.get("current_leader_epoch", -1))
+            partition = found
             high_watermark = partition.high_watermark
             result["high_watermark"] = high_watermark
             result["last_stable_offset"] = high_watermark
             result["log_start_offset"] = partition.log.log_start_offset
-            if error is not None:
-                result["error_code"] = error
-                has_error = True
-                continue
             budget = min(request["partition_max_bytes"], max_bytes - total_bytes)
             if budget <= 0 and total_bytes > 0:
                 continue
@@ -372,9 +427,10 @@ class KafkaApis:
     async def _list_offsets(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
         topics = []
         for topic in body["topics"]:
-            partitions = []
-            for request in topic["partitions"]:
-                partitions.append(self._list_offset(topic["name"], request, header.api_version))
+            partitions = [
+                self._list_offset(topic["name"], request, header.api_version)
+                for request in topic["partitions"]
+            ]
             topics.append({"name": topic["name"], "partitions": partitions})
         return {"throttle_time_ms": 0, "topics": topics}
 
@@ -386,16 +442,16 @@ class KafkaApis:
             "old_style_offsets": [],
             "timestamp": -1,
             "offset": -1,
-            "leader_epoch": LEADER_EPOCH,
+            "leader_epoch": -1,
         }
-        partition = self._replicas.partition(name, index)
-        if partition is None:
-            result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        found = self._replicas.partition_for_leader(
+            name, index, request.get("current_leader_epoch", -1)
+        )
+        if isinstance(found, ErrorCode):
+            result["error_code"] = found
             return result
-        error = _check_leader_epoch(request.get("current_leader_epoch", -1))
-        if error is not None:
-            result["error_code"] = error
-            return result
+        partition = found
+        result["leader_epoch"] = partition.leader_epoch
         timestamp = request["timestamp"]
         if timestamp == EARLIEST_TIMESTAMP:
             result["offset"] = partition.log.log_start_offset
@@ -405,9 +461,9 @@ class KafkaApis:
             result["error_code"] = ErrorCode.INVALID_REQUEST
             return result
         else:
-            found = self._offset_for_timestamp(partition, timestamp)
-            if found is not None:
-                result["offset"], result["timestamp"] = found
+            at = self._offset_for_timestamp(partition, timestamp)
+            if at is not None:
+                result["offset"], result["timestamp"] = at
         if version == 0 and result["offset"] >= 0:
             result["old_style_offsets"] = [result["offset"]]
         return result
@@ -427,7 +483,7 @@ class KafkaApis:
             )
         return None
 
-    # -- CreateTopics, DeleteTopics -----------------------------------------------------------
+    # -- CreateTopics, DeleteTopics, CreatePartitions -----------------------------------------
 
     async def _create_topics(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
         seen: dict[str, int] = {}
@@ -440,75 +496,38 @@ class KafkaApis:
                     _create_result(topic["name"], ErrorCode.INVALID_REQUEST, "topic named twice")
                 )
                 continue
-            results.append(
-                self._create_topic(topic, validate_only=body.get("validate_only", False))
-            )
+            validate_only = body.get("validate_only", False)
+            results.append(await self._create_topic(topic, validate_only=validate_only))
         return {"throttle_time_ms": 0, "topics": results}
 
-    def _create_topic(self, topic: dict[str, Any], *, validate_only: bool) -> dict[str, Any]:
+    async def _create_topic(self, topic: dict[str, Any], *, validate_only: bool) -> dict[str, Any]:
         name = topic["name"]
-        try:
-            validate_topic_name(name)
-        except InvalidTopicError as error:
-            return _create_result(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(error))
-        if self._replicas.topic(name) is not None:
-            return _create_result(
-                name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
-            )
-        partitions = topic["num_partitions"]
-        replication_factor = topic["replication_factor"]
-        assignments = topic.get("assignments") or []
-        if assignments:
-            if partitions != -1 or replication_factor != -1:
-                return _create_result(
-                    name,
-                    ErrorCode.INVALID_REQUEST,
-                    "give either assignments or num_partitions/replication_factor, not both",
-                )
-            for assignment in assignments:
-                if list(assignment["broker_ids"]) != [self._node_id]:
-                    return _create_result(
-                        name,
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        f"replicas {assignment['broker_ids']} name brokers that do not exist",
-                    )
-            partitions, replication_factor = len(assignments), 1
-        if partitions == -1:
-            partitions = self._config.topic.partitions
-        if replication_factor == -1:
-            replication_factor = self._config.topic.replication_factor
-        if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
-            return _create_result(
-                name,
-                ErrorCode.INVALID_PARTITIONS,
-                f"partition count must be in 1..{MAX_PARTITIONS_PER_TOPIC}, got {partitions}",
-            )
-        if replication_factor < 1:
-            return _create_result(
-                name, ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be at least 1"
-            )
-        if replication_factor > 1:
-            return _create_result(
-                name,
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor {replication_factor} is larger than the 1 available broker",
-            )
-        try:
-            config = self._replicas.topic_config(
-                {item["name"]: item["value"] for item in topic.get("configs") or []}
-            )
-        except InvalidConfigError as error:
-            return _create_result(name, ErrorCode.INVALID_CONFIG, str(error))
-        if validate_only:
-            topic_id = uuid.UUID(int=0)
-        else:
-            topic_id = self._replicas.create_topic(name, partitions, config).record.topic_id
-            log.info("created topic %s with %d partitions", name, partitions)
-        result = _create_result(name, ErrorCode.NONE, None)
+        configs = {item["name"]: item["value"] for item in topic.get("configs") or []}
+        assignments = {
+            str(item["partition_index"]): list(item["broker_ids"])
+            for item in topic.get("assignments") or []
+        }
+        answer = await self._forward(
+            "POST",
+            "/controller/topics",
+            {
+                "name": name,
+                "num_partitions": topic["num_partitions"],
+                "replication_factor": topic["replication_factor"],
+                "assignments": assignments or None,
+                "configs": configs,
+                "validate_only": validate_only,
+            },
+        )
+        result = _create_result(name, ErrorCode(answer["error_code"]), answer["error_message"])
+        if answer["error_code"] != ErrorCode.NONE:
+            return result
+        config = self._replicas.topic_config(configs)
+        topic_id = answer.get("topic_id")
         result.update(
-            topic_id=topic_id,
-            num_partitions=partitions,
-            replication_factor=replication_factor,
+            topic_id=uuid.UUID(topic_id) if topic_id and not validate_only else _ZERO_UUID,
+            num_partitions=answer.get("num_partitions", -1),
+            replication_factor=answer.get("replication_factor", -1),
             configs=[
                 {
                     "name": key,
@@ -529,31 +548,56 @@ class KafkaApis:
             wanted = [(item.get("name"), item.get("topic_id")) for item in body["topics"]]
         else:
             wanted = [(name, None) for name in body["topic_names"]]
-        zero_id = uuid.UUID(int=0)
         responses = []
         for name, topic_id in wanted:
             response: dict[str, Any] = {
                 "name": name,
-                "topic_id": topic_id or zero_id,
+                "topic_id": topic_id or _ZERO_UUID,
                 "error_code": ErrorCode.NONE,
                 "error_message": None,
             }
             responses.append(response)
-            if name is None and topic_id not in (None, zero_id):
-                state = self._replicas.topic_by_id(topic_id)
-                if state is None:
+            if not name and topic_id not in (None, _ZERO_UUID):
+                by_id = self._image.topic_by_id(str(topic_id))
+                if by_id is None:
                     response["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID
                     continue
-                name = response["name"] = state.record.name
-            state = self._replicas.topic(name) if name is not None else None
-            if state is None:
-                response["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                response["error_message"] = f"topic {name!r} does not exist"
-                continue
-            response["topic_id"] = state.record.topic_id
-            self._replicas.delete_topic(name)
-            log.info("deleted topic %s", name)
+                name = response["name"] = by_id.name
+            existing = self._image.topics.get(name) if name else None
+            if existing is not None:
+                response["topic_id"] = uuid.UUID(existing.topic_id)
+            answer = await self._forward("DELETE", f"/controller/topics/{_quote(name or '')}", None)
+            response["error_code"] = answer["error_code"]
+            response["error_message"] = answer["error_message"]
+            if answer["error_code"] == ErrorCode.NONE:
+                log.info("deleted topic %s", name)
         return {"throttle_time_ms": 0, "responses": responses}
+
+    async def _create_partitions(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        results = []
+        for topic in body["topics"]:
+            assignments = topic.get("assignments")
+            answer = await self._forward(
+                "POST",
+                f"/controller/topics/{_quote(topic['name'])}/partitions",
+                {
+                    "count": topic["count"],
+                    "assignments": (
+                        [list(item["broker_ids"]) for item in assignments] if assignments else None
+                    ),
+                    "validate_only": body.get("validate_only", False),
+                },
+            )
+            results.append(
+                {
+                    "name": topic["name"],
+                    "error_code": answer["error_code"],
+                    "error_message": answer["error_message"],
+                }
+            )
+        return {"throttle_time_ms": 0, "results": results}
 
     # -- DescribeConfigs ----------------------------------------------------------------------
 
@@ -576,19 +620,20 @@ class KafkaApis:
             "configs": [],
         }
         if kind == RESOURCE_TOPIC:
-            state = self._replicas.topic(name)
-            if state is None:
+            topic = self._image.topics.get(name)
+            if topic is None:
                 result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 result["error_message"] = f"topic {name!r} does not exist"
                 return result
+            config = self._replicas.topic_config(dict(topic.config_dict()))
             entries = [
                 (
                     key,
                     value,
-                    CONFIG_SOURCE_TOPIC if key in state.config.overrides else CONFIG_SOURCE_DEFAULT,
+                    CONFIG_SOURCE_TOPIC if key in config.overrides else CONFIG_SOURCE_DEFAULT,
                     False,
                 )
-                for key, value in sorted(state.config.values.items())
+                for key, value in sorted(config.values.items())
             ]
         elif kind == RESOURCE_BROKER:
             if name not in ("", str(self._node_id)):
@@ -657,14 +702,6 @@ def _config_type(value: str) -> int:
     return CONFIG_TYPE_LONG
 
 
-def _check_leader_epoch(current_leader_epoch: int) -> ErrorCode | None:
-    if current_leader_epoch < 0 or current_leader_epoch == LEADER_EPOCH:
-        return None
-    if current_leader_epoch > LEADER_EPOCH:
-        return ErrorCode.UNKNOWN_LEADER_EPOCH
-    return ErrorCode.FENCED_LEADER_EPOCH
-
-
 def _oversized_batch(records: bytes | memoryview, limit: int) -> str | None:
     """Describe the first batch larger than ``limit`` bytes, or return None."""
     view = memoryview(records)
@@ -698,17 +735,21 @@ def _topic_error(name: str | None, error: ErrorCode, topic_id: uuid.UUID | None)
     return {
         "error_code": error,
         "name": name,
-        "topic_id": topic_id or uuid.UUID(int=0),
+        "topic_id": topic_id or _ZERO_UUID,
         "is_internal": False,
         "partitions": [],
         "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
 
 
+def _quote(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
 def _create_result(name: str, error: ErrorCode, message: str | None) -> dict[str, Any]:
     return {
         "name": name,
-        "topic_id": uuid.UUID(int=0),
+        "topic_id": _ZERO_UUID,
         "error_code": error,
         "error_message": message,
         "num_partitions": -1,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["READY_FILE", "NodeProcess", "NodeStartError", "write_node_config"]
+__all__ = [
+    "READY_FILE",
+    "NodeProcess",
+    "NodeStartError",
+    "free_port",
+    "local_cluster_configs",
+    "write_node_config",
+]
 
 # Written by a node once it listens (see flux.cluster.node); read here to learn its ports.
 READY_FILE = "ready.json"
@@ -28,6 +37,76 @@ _POLL_INTERVAL_S = 0.02
 
 class NodeStartError(RuntimeError):
     """A node exited or did not become ready in time; the message quotes its log tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the OS's choice for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def local_cluster_configs(
+    root: Path,
+    nodes: int,
+    *,
+    host: str = "127.0.0.1",
+    kafka_base_port: int = 0,
+    controller_base_port: int = 0,
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[NodeProcess]:
+    """Write the configs of a local cluster of ``nodes`` combined (controller + broker) nodes
+    under ``root/node-<id>/`` and return their (not yet started) processes.
+
+    Ports: Kafka ``kafka_base_port + id - 1`` (0: any free port, reported in ready.json);
+    controller Raft and HTTP ports ``controller_base_port + 2 * (id - 1)`` and ``+ 1`` (0: free
+    ports picked now, since every voter must know the others' addresses in advance). One
+    random shared secret protects the Raft transport.
+    """
+    secret = secrets.token_hex(16)
+    voters = []
+    for node_id in range(1, nodes + 1):
+        if controller_base_port:
+            raft_port = controller_base_port + 2 * (node_id - 1)
+            http_port = raft_port + 1
+        else:
+            raft_port, http_port = free_port(host), free_port(host)
+        voters.append((node_id, raft_port, http_port))
+    voter_list = [f"{node_id}@{host}:{raft}:{http}" for node_id, raft, http in voters]
+    processes = []
+    for node_id, raft_port, http_port in voters:
+        node_dir = root / f"node-{node_id}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        sections: dict[str, dict[str, Any]] = {
+            "node": {
+                "id": node_id,
+                "roles": ["broker", "controller"],
+                "data_dir": str(node_dir / "data"),
+            },
+            "broker": {
+                "host": host,
+                "kafka_port": kafka_base_port + node_id - 1 if kafka_base_port else 0,
+            },
+            "controller": {
+                "host": host,
+                "raft_port": raft_port,
+                "http_port": http_port,
+                "voters": voter_list,
+                "secret": secret,
+            },
+        }
+        for section, keys in (extra or {}).items():
+            sections.setdefault(section, {}).update(keys)
+        write_node_config(node_dir / "node.toml", sections)
+        processes.append(
+            NodeProcess(
+                node_id=node_id,
+                config_path=node_dir / "node.toml",
+                data_dir=node_dir / "data",
+                log_path=node_dir / "node.log",
+            )
+        )
+    return processes
 
 
 def write_node_config(path: Path, sections: Mapping[str, Mapping[str, Any]]) -> None:

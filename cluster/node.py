@@ -1,9 +1,14 @@
-"""Node process assembly: configuration, stores, listeners, signals, and the ready file.
+"""Node process assembly: configuration, roles, listeners, signals, and the ready file.
 
-``run_node(config)`` runs until SIGTERM or SIGINT, then stops accepting requests, flushes every
-log and checkpoints recovery points. Once listening, the node writes ``<data_dir>/ready.json``
-with its id, pid and bound ports (ports may be 0 in the config, meaning "any free port"), which
-is how ``fluxctl cluster`` and the tests learn where a node listens.
+A node runs the controller role (Raft quorum member + controller HTTP API), the broker role
+(Kafka listener, partitions, registration and heartbeats), or both. ``run_node(config)`` runs
+until SIGTERM or SIGINT, then stops accepting requests, flushes every log and checkpoints
+recovery points.
+
+Once serving, the node writes ``<data_dir>/ready.json`` with its id, pid, roles and bound ports
+(ports may be 0 in the config, meaning "any free port"). A broker is ready when it is
+registered and unfenced in the metadata it follows; a controller-only node when its quorum
+has a leader. ``fluxctl cluster`` and the tests wait for this file, never for a sleep.
 """
 
 from __future__ import annotations
@@ -14,8 +19,15 @@ import logging
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
+from flux.controller.service import ControllerService, ControllerSettings, VoterAddress
+
+from .broker_lifecycle import BrokerLifecycle
 from .config import NodeConfig
+from .controller_client import ControllerClient
+from .http_server import BrokerHttpServer
+from .isr import IsrManager
 from .kafka_apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka_server import KafkaServer
 from .launcher import READY_FILE
@@ -25,24 +37,87 @@ __all__ = ["Node", "run_node"]
 
 log = logging.getLogger("flux.cluster.node")
 
+READY_TIMEOUT_S = 60.0
+
 
 class Node:
-    """One Flux node (this stage: the broker role only)."""
+    """One Flux node with the roles its configuration names."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
+        self.controller: ControllerService | None = None
         self.replicas: ReplicaManager | None = None
         self.kafka: KafkaServer | None = None
+        self.lifecycle: BrokerLifecycle | None = None
+        self.isr: IsrManager | None = None
+        self.http: BrokerHttpServer | None = None
+        self._controller_client: ControllerClient | None = None
 
     async def start(self) -> None:
         config = self.config
-        if "broker" not in config.node.roles:
-            raise NotImplementedError("the controller role arrives with the controller quorum")
-        ready_path = config.data_dir / READY_FILE
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        ready_path = config.data_dir / READY_FILE
         ready_path.unlink(missing_ok=True)
+        ready: dict[str, Any] = {
+            "node_id": config.node.id,
+            "pid": os.getpid(),
+            "roles": list(config.node.roles),
+        }
+        if "controller" in config.node.roles:
+            await self._start_controller()
+            assert self.controller is not None
+            ready["controller_http"] = f"{config.controller.host}:{self.controller.http_port}"
+        if "broker" in config.node.roles:
+            await self._start_broker()
+            assert self.kafka is not None
+            ready["host"] = config.advertised_host
+            ready["kafka_port"] = self.kafka.port
+            ready["bootstrap_servers"] = f"{config.advertised_host}:{self.kafka.port}"
+            assert self.http is not None
+            ready["broker_http"] = f"{config.advertised_host}:{self.http.port}"
+        else:
+            await self._wait_for_quorum_leader()
+        _write_json_atomically(ready_path, ready)
+        log.info("node %d ready: %s", config.node.id, ready)
+
+    async def _start_controller(self) -> None:
+        config = self.config
+        controller = config.controller
+        self.controller = ControllerService(
+            ControllerSettings(
+                node_id=config.node.id,
+                host=controller.host,
+                http_port=controller.http_port,
+                voters=tuple(
+                    VoterAddress(v.node_id, v.raft_address, v.http_address)
+                    for v in controller.voters
+                ),
+                data_dir=config.data_dir / "controller",
+                secret=controller.secret,
+                session_timeout_ms=controller.session_timeout_ms,
+                preferred_leader_election_delay_ms=controller.preferred_leader_election_delay_ms,
+                default_partitions=config.topic.partitions,
+                default_replication_factor=config.topic.replication_factor,
+            )
+        )
+        await self.controller.start()
+
+    async def _start_broker(self) -> None:
+        config = self.config
         self.replicas = ReplicaManager(config)
-        apis = KafkaApis(config, self.replicas)
+        self._controller_client = ControllerClient(
+            [voter.http_address for voter in config.controller.voters]
+        )
+        self.http = BrokerHttpServer(
+            host=config.broker.host, port=config.broker.http_port, health=self._health
+        )
+        await self.http.start()
+        self.lifecycle = BrokerLifecycle(
+            config, self._controller_client, self.replicas, http_port=self.http.port
+        )
+        apis = KafkaApis(config, self.replicas, self._controller_client, self.lifecycle)
+        # The listener binds first so the registration carries the real port; requests that
+        # arrive before the first metadata image are answered from the empty image.
         self.kafka = KafkaServer(
             apis.handle,
             host=config.broker.host,
@@ -52,32 +127,53 @@ class Node:
             advertised_versions=ADVERTISED_VERSIONS,
         )
         await self.kafka.start()
-        apis.advertised_port = self.kafka.port
+        self.lifecycle.kafka_port = self.kafka.port
+        await self.lifecycle.start()
         self.replicas.start_background_tasks()
-        _write_json_atomically(
-            ready_path,
-            {
-                "node_id": config.node.id,
-                "pid": os.getpid(),
-                "host": config.advertised_host,
-                "kafka_port": self.kafka.port,
-                "bootstrap_servers": f"{config.advertised_host}:{self.kafka.port}",
-            },
+        self.isr = IsrManager(
+            self.replicas,
+            self._controller_client,
+            broker_id=config.node.id,
+            incarnation_id=self.lifecycle.incarnation_id,
+            interval_ms=config.broker.heartbeat_interval_ms,
         )
-        log.info(
-            "node %d serving Kafka on %s:%d (data in %s)",
-            config.node.id,
-            config.broker.host,
-            self.kafka.port,
-            config.data_dir,
-        )
+        self.isr.start()
+        await asyncio.wait_for(self.lifecycle.ready.wait(), READY_TIMEOUT_S)
+
+    def _health(self) -> dict[str, Any]:
+        lifecycle = self.lifecycle
+        registered = lifecycle is not None and lifecycle.ready.is_set() and not lifecycle.stale
+        return {
+            "healthy": registered,
+            "node_id": self.config.node.id,
+            "metadata_version": self.replicas.image.version if self.replicas else 0,
+        }
+
+    async def _wait_for_quorum_leader(self) -> None:
+        assert self.controller is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_TIMEOUT_S
+        while self.controller.leader_id() is None:
+            if loop.time() > deadline:
+                raise TimeoutError("the controller quorum elected no leader")
+            await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
         (self.config.data_dir / READY_FILE).unlink(missing_ok=True)
+        if self.isr is not None:
+            await self.isr.stop()
+        if self.lifecycle is not None:
+            await self.lifecycle.stop()
         if self.kafka is not None:
             await self.kafka.stop()
+        if self.http is not None:
+            await self.http.stop()
         if self.replicas is not None:
             await self.replicas.close()
+        if self._controller_client is not None:
+            await self._controller_client.close()
+        if self.controller is not None:
+            await self.controller.stop()
         log.info("node %d stopped", self.config.node.id)
 
 
@@ -87,8 +183,8 @@ async def _main(config: NodeConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    await node.start()
     try:
+        await node.start()
         await stopping.wait()
     finally:
         await node.stop()

@@ -1,3 +1,4 @@
-"""The metadata quorum (Raft via pysyncobj): records, state machine, broker sessions, leader
-election. Arrives with the controller issue.
+"""The metadata quorum: records, the immutable metadata image and its deltas, pure request
+handlers (placement, fencing and leader election, ISR changes, topics and configs), the
+pysyncobj-backed Raft quorum behind ``MetadataQuorum``, and the controller HTTP service.
 """

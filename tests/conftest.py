@@ -7,40 +7,41 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flux.cluster.launcher import NodeProcess, write_node_config
+from flux.cluster.launcher import NodeProcess, local_cluster_configs
 
-NodeFactory = Callable[..., NodeProcess]
+ClusterFactory = Callable[..., list[NodeProcess]]
+
+# Short timeouts so failure tests run in seconds; production defaults are in docs/.
+FAST_FAILURE_DETECTION = {
+    "controller": {"session_timeout_ms": 2000, "preferred_leader_election_delay_ms": 1000},
+    "broker": {"heartbeat_interval_ms": 200},
+}
 
 
 @pytest.fixture
-def node_factory(tmp_path: Path) -> Iterator[NodeFactory]:
-    """Start broker nodes: ``node_factory(topic={"partitions": 3})``; all are stopped at teardown.
+def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
+    """Start a local cluster: ``cluster_factory(3, broker={...})`` returns its ready nodes.
 
-    Each node gets ``kafka_port = 0`` (the node binds a free port and reports it in its ready
-    file) and its own data directory under ``tmp_path``.
+    Each node is controller + broker, with its own data directory under ``tmp_path``, Kafka on
+    a port it picks itself (reported in ready.json) and controller ports picked free here.
+    Every process started is stopped at teardown.
     """
     started: list[NodeProcess] = []
 
-    def start(node_id: int = 1, **sections: dict[str, Any]) -> NodeProcess:
-        node_dir = tmp_path / f"node-{node_id}-{len(started)}"
-        node_dir.mkdir()
-        config: dict[str, dict[str, Any]] = {
-            "node": {"id": node_id, "data_dir": str(node_dir / "data"), "log_level": "INFO"},
-            "broker": {"host": "127.0.0.1", "kafka_port": 0},
+    def start(nodes: int = 1, **sections: dict[str, Any]) -> list[NodeProcess]:
+        extra: dict[str, dict[str, Any]] = {
+            section: dict(keys) for section, keys in FAST_FAILURE_DETECTION.items()
         }
         for section, keys in sections.items():
-            config.setdefault(section, {}).update(keys)
-        write_node_config(node_dir / "node.toml", config)
-        process = NodeProcess(
-            node_id=node_id,
-            config_path=node_dir / "node.toml",
-            data_dir=node_dir / "data",
-            log_path=node_dir / "node.log",
-        )
-        started.append(process)
-        process.start()
-        process.wait_ready()
-        return process
+            extra.setdefault(section, {}).update(keys)
+        root = tmp_path / f"cluster-{len(started)}"
+        processes = local_cluster_configs(root, nodes, extra=extra)
+        started.extend(processes)
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.wait_ready()
+        return processes
 
     yield start
     for process in started:
@@ -48,6 +49,16 @@ def node_factory(tmp_path: Path) -> Iterator[NodeFactory]:
 
 
 @pytest.fixture
-def broker(node_factory: NodeFactory) -> NodeProcess:
-    """One running broker with default settings."""
+def node_factory(cluster_factory: ClusterFactory) -> Callable[..., NodeProcess]:
+    """Start a single node (a quorum of one): ``node_factory(topic={"partitions": 3})``."""
+
+    def start(**sections: dict[str, Any]) -> NodeProcess:
+        return cluster_factory(1, **sections)[0]
+
+    return start
+
+
+@pytest.fixture
+def broker(node_factory: Callable[..., NodeProcess]) -> NodeProcess:
+    """One running node with default settings."""
     return node_factory()

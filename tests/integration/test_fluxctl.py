@@ -1,13 +1,16 @@
-"""``fluxctl cluster up/status/kill/restart/down`` and ``fluxctl node start`` errors."""
+"""``fluxctl cluster up/status/kill/restart/down`` on a real 3-node cluster, and
+``fluxctl node start`` errors."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from flux.protocol.api import ApiKey
 from flux.sdk.wire import KafkaConnection
 
@@ -24,35 +27,63 @@ def _fluxctl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]
     )
 
 
-def _metadata_brokers(bootstrap: str) -> list[int]:
+def _metadata(bootstrap: str, topics: list[str] | None) -> dict:
     with KafkaConnection.from_bootstrap(bootstrap) as conn:
-        response = conn.request(
-            ApiKey.METADATA, 5, {"topics": [], "allow_auto_topic_creation": False}
+        return conn.request(
+            ApiKey.METADATA,
+            12,
+            {
+                "topics": None if topics is None else [{"name": t} for t in topics],
+                "allow_auto_topic_creation": False,
+            },
         )
-    return [broker["node_id"] for broker in response["brokers"]]
 
 
 def test_cluster_lifecycle(tmp_path: Path) -> None:
-    cluster_dir = str(tmp_path / "cluster")
+    data_dir = str(tmp_path / "cluster")
     try:
-        up = json.loads(_fluxctl("cluster", "up", "--dir", cluster_dir, "--kafka-port", "0").stdout)
-        assert [node["running"] for node in up["nodes"]] == [True]
-        assert _metadata_brokers(up["bootstrap_servers"]) == [1]
+        up = json.loads(
+            _fluxctl("cluster", "up", "--data-dir", data_dir, "--base-port", "0", "--json").stdout
+        )
+        assert [node["id"] for node in up["nodes"]] == [1, 2, 3]
+        assert all(node["healthy"] for node in up["nodes"])
+        assert sum(node["active_controller"] for node in up["nodes"]) == 1
+        assert all(node["roles"] == ["broker", "controller"] for node in up["nodes"])
+        bootstrap = up["bootstrap_servers"]
+        assert len(bootstrap.split(",")) == 3
+        assert sorted(b["node_id"] for b in _metadata(bootstrap, [])["brokers"]) == [1, 2, 3]
 
-        again = _fluxctl("cluster", "up", "--dir", cluster_dir, "--kafka-port", "0")
+        again = _fluxctl("cluster", "up", "--data-dir", data_dir, "--base-port", "0")
         assert "already running" in again.stderr
 
-        _fluxctl("cluster", "kill", "1", "--dir", cluster_dir)
-        status = json.loads(_fluxctl("cluster", "status", "--dir", cluster_dir).stdout)
-        assert status["nodes"][0]["running"] is False
+        with KafkaConnection.from_bootstrap(bootstrap) as conn:
+            created = conn.request(
+                ApiKey.CREATE_TOPICS,
+                7,
+                {"topics": [{"name": "spread", "num_partitions": 6, "replication_factor": 3}]},
+            )
+        assert created["topics"][0]["error_code"] == 0
+        leaders = Counter(
+            p["leader_id"] for p in _metadata(bootstrap, ["spread"])["topics"][0]["partitions"]
+        )
+        assert leaders == {1: 2, 2: 2, 3: 2}
 
-        restarted = json.loads(_fluxctl("cluster", "restart", "1", "--dir", cluster_dir).stdout)
-        assert restarted["nodes"][0]["running"] is True
-        assert _metadata_brokers(restarted["bootstrap_servers"]) == [1]
+        _fluxctl("cluster", "kill", "3", "--data-dir", data_dir)
+        status = json.loads(_fluxctl("cluster", "status", "--data-dir", data_dir, "--json").stdout)
+        assert [node["running"] for node in status["nodes"]] == [True, True, False]
+
+        unknown = _fluxctl("cluster", "kill", "7", "--data-dir", data_dir, check=False)
+        assert unknown.returncode != 0 and "no node 7" in unknown.stderr
+
+        restarted = json.loads(
+            _fluxctl("cluster", "restart", "3", "--data-dir", data_dir, "--json").stdout
+        )
+        assert all(node["healthy"] for node in restarted["nodes"])
     finally:
-        down = _fluxctl("cluster", "down", "--dir", cluster_dir, check=False)
-    assert json.loads(down.stdout) == {"stopped": [1]}
-    assert "no cluster" in _fluxctl("cluster", "status", "--dir", cluster_dir, check=False).stderr
+        down = _fluxctl("cluster", "down", "--data-dir", data_dir, check=False)
+    assert json.loads(down.stdout) == {"stopped": [1, 2, 3]}
+    status = json.loads(_fluxctl("cluster", "status", "--data-dir", data_dir, "--json").stdout)
+    assert not any(node["running"] for node in status["nodes"])
 
 
 def test_node_start_refuses_bad_config(tmp_path: Path) -> None:

@@ -7,18 +7,45 @@ from pathlib import Path
 import pytest
 from flux.cluster.config import ConfigError, load_config, parse_config
 
+SECRET = {"controller": {"secret": "s3cret"}}
+
 
 def test_defaults_fill_every_section() -> None:
-    config = parse_config({}, environ={})
+    config = parse_config(SECRET, environ={})
     assert config.broker.kafka_port == 9092
-    assert config.node.roles == ("broker",)
+    assert config.node.roles == ("broker", "controller")
     assert config.topic.partitions == 1
     assert config.advertised_host == "127.0.0.1"
+    # A lone controller with no voters list forms a quorum of one on its own ports.
+    assert [str(voter) for voter in config.controller.voters] == ["1@127.0.0.1:9093:9094"]
+
+
+def test_voters_must_include_this_controller_on_its_ports() -> None:
+    voters = ["1@127.0.0.1:9093:9094", "2@127.0.0.1:9193:9194"]
+    config = parse_config({"controller": {"secret": "s", "voters": voters}}, environ={})
+    assert [voter.node_id for voter in config.controller.voters] == [1, 2]
+    with pytest.raises(ConfigError, match="not among the voters"):
+        parse_config({"node": {"id": 3}, "controller": {"secret": "s", "voters": voters}}, environ={})
+    with pytest.raises(ConfigError, match="does not match"):
+        parse_config(
+            {"controller": {"secret": "s", "voters": voters, "raft_port": 1}}, environ={}
+        )
+    with pytest.raises(ConfigError, match="controller.voters"):
+        parse_config({"controller": {"secret": "s", "voters": ["1@h"]}}, environ={})
+    with pytest.raises(ConfigError, match="controller.secret"):
+        parse_config({}, environ={})
+    broker_only = parse_config({"node": {"roles": ["broker"]}, "controller": {"voters": voters}}, environ={})
+    assert broker_only.node.roles == ("broker",)
+    with pytest.raises(ConfigError, match="broker-only"):
+        parse_config({"node": {"roles": ["broker"]}}, environ={})
 
 
 def test_file_values_and_flag_overrides(tmp_path: Path) -> None:
     path = tmp_path / "node.toml"
-    path.write_text('[node]\nid = 4\ndata_dir = "/tmp/x"\n[broker]\nkafka_port = 19092\n')
+    path.write_text(
+        '[node]\nid = 4\ndata_dir = "/tmp/x"\n[broker]\nkafka_port = 19092\n'
+        '[controller]\nsecret = "s"\n'
+    )
     config = load_config(path, overrides={"broker": {"kafka_port": 29092}}, environ={})
     assert config.node.id == 4
     assert config.broker.kafka_port == 29092
@@ -26,7 +53,7 @@ def test_file_values_and_flag_overrides(tmp_path: Path) -> None:
 
 def test_environment_overrides_file(tmp_path: Path) -> None:
     path = tmp_path / "node.toml"
-    path.write_text("[topic]\npartitions = 2\n")
+    path.write_text('[topic]\npartitions = 2\n[controller]\nsecret = "s"\n')
     environ = {"FLUX_TOPIC__PARTITIONS": "6", "FLUX_NODE__ROLES": '["broker", "controller"]'}
     config = load_config(path, environ=environ)
     assert config.topic.partitions == 6
@@ -49,7 +76,7 @@ def test_environment_overrides_file(tmp_path: Path) -> None:
 )
 def test_invalid_configuration_names_the_key(raw, environ, named) -> None:
     with pytest.raises(ConfigError) as caught:
-        parse_config(raw, environ=environ)
+        parse_config({**SECRET, **raw}, environ=environ)
     assert named in str(caught.value)
 
 

@@ -24,7 +24,7 @@ def test_illegal_names(name) -> None:
 
 
 def _config(**overrides: str) -> TopicConfig:
-    defaults = parse_config({}, environ={})["topic"]
+    defaults = parse_config({"controller": {"secret": "s"}}, environ={})["topic"]
     return TopicConfig.from_defaults(
         defaults, {k.replace("_", "."): v for k, v in overrides.items()}, message_max_bytes=1000
     )
@@ -48,6 +48,6 @@ def test_log_append_time() -> None:
     [{"retention.mss": "1"}, {"retention.ms": "x"}, {"segment.bytes": "12"}, {"storage": "tape"}],
 )
 def test_bad_topic_configs(overrides: dict[str, str]) -> None:
-    defaults = parse_config({}, environ={})["topic"]
+    defaults = parse_config({"controller": {"secret": "s"}}, environ={})["topic"]
     with pytest.raises(InvalidConfigError):
         TopicConfig.from_defaults(defaults, overrides, message_max_bytes=1000)

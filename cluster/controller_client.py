@@ -1,0 +1,124 @@
+"""The broker's side of the controller HTTP API: find the active controller, follow leader
+hints, retry within a deadline.
+
+Writes go to the active controller; a standby answers HTTP 421 with ``leader_http``, which the
+client follows. Reads of committed metadata may go to any controller. Every call is bounded by
+a deadline and retried with capped exponential backoff on connection errors and elections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+
+__all__ = ["ControllerClient", "ControllerUnavailableError"]
+
+log = logging.getLogger("flux.cluster.controller_client")
+
+INITIAL_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 0.5
+NOT_CONTROLLER_STATUS = 421
+
+
+class ControllerUnavailableError(RuntimeError):
+    """No controller answered (or none was active) before the deadline."""
+
+
+class ControllerClient:
+    """HTTP client of the controller quorum; one per broker, used from its event loop."""
+
+    def __init__(self, http_addresses: Sequence[str]) -> None:
+        assert http_addresses, "a broker needs at least one controller address"
+        self._addresses = list(http_addresses)
+        self._active: str | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ControllerClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=1.0)
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def write(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, timeout_s: float = 10.0
+    ) -> dict[str, Any]:
+        """Send a write to the active controller; follow leader hints; retry until the deadline."""
+        deadline = time.monotonic() + timeout_s
+        backoff = INITIAL_BACKOFF_S
+        attempt = 0
+        last_problem = "no attempt made"
+        while True:
+            address = self._active or self._addresses[attempt % len(self._addresses)]
+            attempt += 1
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ControllerUnavailableError(f"{method} {path}: {last_problem}")
+            try:
+                status, answer = await self._request(method, address, path, body, remaining)
+            except (TimeoutError, aiohttp.ClientError, OSError) as error:
+                last_problem = f"controller {address} unreachable: {error!r}"
+                self._active = None
+            else:
+                if status != NOT_CONTROLLER_STATUS and status < 500:
+                    self._active = address
+                    return answer
+                last_problem = f"controller {address}: {answer.get('error_message')}"
+                hint = answer.get("leader_http")
+                self._active = hint if hint and hint != address else None
+                if self._active is not None:
+                    continue  # follow the hint at once
+            await asyncio.sleep(min(backoff, max(deadline - time.monotonic(), 0)))
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def read_metadata(self, version: int, *, wait_ms: int) -> dict[str, Any] | None:
+        """Long-poll any controller for an image newer than ``version``; None if none answered."""
+        for offset in range(len(self._addresses)):
+            address = self._active or self._addresses[offset]
+            try:
+                status, answer = await self._request(
+                    "GET",
+                    address,
+                    f"/controller/metadata?version={version}&wait_ms={wait_ms}",
+                    None,
+                    wait_ms / 1000 + 5.0,
+                )
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                if self._active == address:
+                    self._active = None
+                self._addresses.append(self._addresses.pop(0))
+                continue
+            if status == 200:
+                return answer
+        return None
+
+    async def _request(
+        self, method: str, address: str, path: str, body: dict[str, Any] | None, timeout_s: float
+    ) -> tuple[int, dict[str, Any]]:
+        async with self._client().request(
+            method,
+            f"http://{address}{path}",
+            json=body,
+            timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=1.0),
+        ) as response:
+            try:
+                answer = await response.json(content_type=None)
+            except ValueError:
+                answer = {"error_message": f"HTTP {response.status} without a JSON body"}
+            return response.status, answer if isinstance(answer, dict) else {}

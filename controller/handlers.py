@@ -1,0 +1,815 @@
+"""Pure controller request handlers: ``(image, request) -> ControllerResult(records, response)``.
+
+A handler validates a request against a ``MetadataImage`` and returns the records that carry
+it out (to be proposed through Raft) and a JSON-able response. It never mutates the image,
+does no I/O, reads no clock and uses no global randomness (``rng`` arguments). A rejected
+request yields no records and a response with a Kafka ``error_code`` and an
+``error_message`` naming the problem; an accepted one has ``error_code`` 0 and
+``error_message`` None.
+
+Records are computed from the image the handler saw. If another proposal commits first, the
+stale ``PartitionChange`` records are ignored at replay (their ``partition_epoch`` no longer
+follows), so the service may simply re-run the handler on the new image.
+
+Election and fencing rules live in ``election.py`` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flux.controller.election import (
+    fence_broker,
+    fencing_changes,
+    first_live_replica,
+    leader_change,
+    preferred_leader_imbalance,
+    unfence_broker,
+)
+from flux.controller.errors import InvalidReplicationFactorError
+from flux.controller.image import MetadataImage, PartitionState, TopicImage
+from flux.controller.placement import place_replicas
+from flux.controller.records import (
+    ConfigChange,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    PartitionChange,
+    PartitionSpec,
+    Record,
+    RegisterBroker,
+)
+from flux.controller.topic_rules import (
+    TOPIC_CONFIG_KEYS,
+    InvalidConfigError,
+    InvalidTopicError,
+    validate_topic_config,
+    validate_topic_name,
+)
+from flux.protocol.errors import ErrorCode
+
+__all__ = [
+    "MAX_CONFIG_CHANGES",
+    "MAX_INCARNATION_ID_LENGTH",
+    "MAX_PARTITIONS_PER_TOPIC",
+    "MAX_REPLICATION_FACTOR",
+    "ControllerResult",
+    "alter_configs",
+    "alter_partition",
+    "broker_heartbeat",
+    "create_partitions",
+    "create_topic",
+    "delete_topic",
+    "elect_leaders",
+    "fence_broker",
+    "preferred_leader_imbalance",
+    "register_broker",
+    "unfence_broker",
+]
+
+# Limits checked by the handlers.
+MAX_PARTITIONS_PER_TOPIC = 10_000
+MAX_REPLICATION_FACTOR = 32
+MAX_INCARNATION_ID_LENGTH = 128
+MAX_HOST_LENGTH = 255
+MAX_RACK_LENGTH = 255
+MAX_CONFIG_CHANGES = 1_000
+MAX_CONFIG_VALUE_LENGTH = 4_096
+_BROKER_CONFIG_KEY = re.compile(r"^[a-z0-9._]+$")
+_BROKER_RESOURCE_NAME = re.compile(r"^[0-9]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerResult:
+    """Records to propose (possibly none) and the JSON-able response to send back."""
+
+    records: list[Record] = field(default_factory=list)
+    response: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.response.get("error_code", 0) == ErrorCode.NONE)
+
+
+class _Rejected(Exception):
+    """Internal: a validation failure carrying the Kafka error code and message."""
+
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+def _ok(records: Sequence[Record] = (), **fields: Any) -> ControllerResult:
+    response = {"error_code": int(ErrorCode.NONE), "error_message": None, **fields}
+    return ControllerResult(records=list(records), response=response)
+
+
+def _error(error_code: ErrorCode, message: str, **fields: Any) -> ControllerResult:
+    response = {"error_code": int(error_code), "error_message": message, **fields}
+    return ControllerResult(records=[], response=response)
+
+
+def _state_fields(state: PartitionState) -> dict[str, Any]:
+    return {
+        "leader": state.leader,
+        "leader_epoch": state.leader_epoch,
+        "isr": list(state.isr),
+        "partition_epoch": state.partition_epoch,
+        "replicas": list(state.replicas),
+    }
+
+
+def _check_int(value: Any, name: str) -> int:
+    if type(value) is not int:
+        raise _Rejected(ErrorCode.INVALID_REQUEST, f"{name} must be an integer, got {value!r}")
+    return value
+
+
+# -- brokers ------------------------------------------------------------------------------
+
+
+def _validate_registration(
+    broker_id: int,
+    incarnation_id: str,
+    endpoints: Sequence[tuple[str, Any, Any]],
+    rack: str | None,
+) -> None:
+    if type(broker_id) is not int or broker_id < 0:
+        raise _Rejected(ErrorCode.INVALID_REQUEST, f"broker id must be >= 0, got {broker_id!r}")
+    if (
+        not isinstance(incarnation_id, str)
+        or not 0 < len(incarnation_id) <= MAX_INCARNATION_ID_LENGTH
+    ):
+        raise _Rejected(
+            ErrorCode.INVALID_REQUEST,
+            f"incarnation id must be a string of 1 to {MAX_INCARNATION_ID_LENGTH} characters",
+        )
+    for name, host, port in endpoints:
+        if not isinstance(host, str) or not 0 < len(host) <= MAX_HOST_LENGTH:
+            raise _Rejected(ErrorCode.INVALID_REQUEST, f"{name} host {host!r} is not valid")
+        if type(port) is not int or not 0 < port < 65536:
+            raise _Rejected(ErrorCode.INVALID_REQUEST, f"{name} port {port!r} is not valid")
+    if rack is not None and (not isinstance(rack, str) or not 0 < len(rack) <= MAX_RACK_LENGTH):
+        raise _Rejected(ErrorCode.INVALID_REQUEST, f"rack {rack!r} is not valid")
+
+
+def register_broker(
+    image: MetadataImage,
+    *,
+    broker_id: int,
+    incarnation_id: str,
+    kafka_host: str,
+    kafka_port: int,
+    http_host: str,
+    http_port: int,
+    rack: str | None,
+) -> ControllerResult:
+    """Register a broker process. The newest incarnation wins: an older, unfenced one is fenced
+    (its leaderships move as for ``fence_broker``). Re-sending the registration of the current
+    incarnation with the same endpoints is an idempotent no-op."""
+    try:
+        _validate_registration(
+            broker_id,
+            incarnation_id,
+            [("kafka", kafka_host, kafka_port), ("http", http_host, http_port)],
+            rack,
+        )
+    except _Rejected as rejected:
+        return _error(rejected.error_code, rejected.message, broker_id=broker_id)
+    record = RegisterBroker(
+        broker_id=broker_id,
+        incarnation_id=incarnation_id,
+        kafka_host=kafka_host,
+        kafka_port=kafka_port,
+        http_host=http_host,
+        http_port=http_port,
+        rack=rack,
+    )
+    current = image.brokers.get(broker_id)
+    fields: dict[str, Any] = {"broker_id": broker_id, "incarnation_id": incarnation_id}
+    if current is not None and current.incarnation_id == incarnation_id:
+        same = (
+            current.kafka_host,
+            current.kafka_port,
+            current.http_host,
+            current.http_port,
+            current.rack,
+        ) == (kafka_host, kafka_port, http_host, http_port, rack)
+        if same:
+            return _ok(**fields, fenced=current.fenced)
+    records: list[Record] = [record]
+    if current is not None and not current.fenced:
+        records.extend(fencing_changes(image, broker_id))
+    return _ok(records, **fields, fenced=True)
+
+
+def broker_heartbeat(
+    image: MetadataImage, *, broker_id: int, incarnation_id: str, want_fence: bool = False
+) -> ControllerResult:
+    """A heartbeat from a registered broker. A fenced broker that does not want to be fenced is
+    unfenced; an unfenced broker asking to be fenced (controlled shutdown) is fenced."""
+    fields: dict[str, Any] = {"broker_id": broker_id, "incarnation_id": incarnation_id}
+    current = image.brokers.get(broker_id)
+    if current is None:
+        return _error(
+            ErrorCode.BROKER_ID_NOT_REGISTERED,
+            f"broker {broker_id} is not registered",
+            **fields,
+            fenced=True,
+        )
+    if current.incarnation_id != incarnation_id:
+        return _error(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"broker {broker_id} is registered with incarnation {current.incarnation_id}, "
+            f"not {incarnation_id}",
+            **fields,
+            fenced=True,
+        )
+    if current.fenced and not want_fence:
+        return _ok(unfence_broker(image, broker_id), **fields, fenced=False)
+    if not current.fenced and want_fence:
+        return _ok(fence_broker(image, broker_id), **fields, fenced=True)
+    return _ok(**fields, fenced=current.fenced)
+
+
+# -- topics -------------------------------------------------------------------------------
+
+
+def _live_brokers_with_racks(image: MetadataImage) -> list[tuple[int, str | None]]:
+    return [(b.broker_id, b.rack) for b in image.brokers.values() if not b.fenced]
+
+
+def _validate_configs(configs: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    if len(configs) > MAX_CONFIG_CHANGES:
+        raise _Rejected(ErrorCode.INVALID_CONFIG, f"more than {MAX_CONFIG_CHANGES} configs")
+    for key, value in configs.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise _Rejected(ErrorCode.INVALID_CONFIG, f"config {key!r} must map to a string")
+        try:
+            validate_topic_config(key, value)
+        except InvalidConfigError as error:
+            raise _Rejected(ErrorCode.INVALID_CONFIG, str(error)) from None
+    return tuple(sorted(configs.items()))
+
+
+def _validate_partition_count(count: Any, what: str) -> int:
+    if type(count) is not int or count < 1:
+        raise _Rejected(ErrorCode.INVALID_PARTITIONS, f"{what} must be at least 1, got {count!r}")
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        raise _Rejected(
+            ErrorCode.INVALID_PARTITIONS,
+            f"{what} {count} is more than the limit of {MAX_PARTITIONS_PER_TOPIC} per topic",
+        )
+    return count
+
+
+def _validate_replication_factor(image: MetadataImage, replication_factor: Any) -> int:
+    if type(replication_factor) is not int or replication_factor < 1:
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor must be at least 1, got {replication_factor!r}",
+        )
+    if replication_factor > MAX_REPLICATION_FACTOR:
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {replication_factor} is more than the limit of "
+            f"{MAX_REPLICATION_FACTOR}",
+        )
+    live = len(image.live_broker_ids())
+    if replication_factor > live:
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {replication_factor} is larger than the {live} live brokers",
+        )
+    return replication_factor
+
+
+def _validate_replica_list(
+    image: MetadataImage, partition: int, replicas: Sequence[int], expected_size: int | None
+) -> tuple[int, ...]:
+    if isinstance(replicas, str | bytes) or not isinstance(replicas, Sequence):
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {partition}: replicas must be a list"
+        )
+    result = tuple(replicas)
+    if not result:
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {partition} has no replicas"
+        )
+    if len(result) > MAX_REPLICATION_FACTOR:
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"partition {partition} has more than {MAX_REPLICATION_FACTOR} replicas",
+        )
+    if len(set(result)) != len(result):
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"partition {partition} lists a broker twice: {list(result)}",
+        )
+    if expected_size is not None and len(result) != expected_size:
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"partition {partition} has {len(result)} replicas, expected {expected_size} "
+            "like the others",
+        )
+    for broker_id in result:
+        if type(broker_id) is not int or broker_id not in image.brokers:
+            raise _Rejected(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"partition {partition}: broker {broker_id!r} is not registered",
+            )
+        if not image.is_live(broker_id):
+            raise _Rejected(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"partition {partition}: broker {broker_id} is fenced",
+            )
+    return result
+
+
+def _initial_spec(image: MetadataImage, replicas: tuple[int, ...]) -> PartitionSpec:
+    live = tuple(r for r in replicas if image.is_live(r))
+    return PartitionSpec(replicas=replicas, isr=live, leader=live[0] if live else -1)
+
+
+def _placed(
+    image: MetadataImage,
+    count: int,
+    replication_factor: int,
+    rng: random.Random,
+    *,
+    start_partition: int = 0,
+    start_index: int | None = None,
+) -> list[tuple[int, ...]]:
+    try:
+        return place_replicas(
+            _live_brokers_with_racks(image),
+            count,
+            replication_factor,
+            rng=rng,
+            start_partition=start_partition,
+            start_index=start_index,
+        )
+    except InvalidReplicationFactorError as error:
+        raise _Rejected(ErrorCode.INVALID_REPLICATION_FACTOR, str(error)) from None
+
+
+def _check_name_collision(image: MetadataImage, name: str) -> None:
+    if name in image.topics:
+        raise _Rejected(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+    # Kafka's rule: '.' and '_' collide in metric names, so "a.b" and "a_b" cannot coexist.
+    normalized = name.replace(".", "_")
+    for existing in image.topics:
+        if existing.replace(".", "_") == normalized:
+            raise _Rejected(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"topic {name!r} collides with existing topic {existing!r}",
+            )
+
+
+def _assignment_specs(
+    image: MetadataImage, assignments: Mapping[int, Sequence[int]]
+) -> list[tuple[int, ...]]:
+    count = _validate_partition_count(len(assignments), "number of assigned partitions")
+    numbers = sorted(assignments)
+    if numbers != list(range(count)):
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"assigned partitions must be numbered 0 to {count - 1}, got {numbers}",
+        )
+    placed: list[tuple[int, ...]] = []
+    for partition in numbers:
+        size = len(placed[0]) if placed else None
+        placed.append(_validate_replica_list(image, partition, assignments[partition], size))
+    return placed
+
+
+def create_topic(
+    image: MetadataImage,
+    *,
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    assignments: Mapping[int, Sequence[int]] | None,
+    configs: Mapping[str, str],
+    topic_id: str,
+    default_partitions: int,
+    default_replication_factor: int,
+    rng: random.Random,
+    validate_only: bool = False,
+) -> ControllerResult:
+    """Create a topic. ``-1`` for ``num_partitions``/``replication_factor`` means the default;
+    ``assignments`` (partition -> replicas, leader first) replaces both counts."""
+    try:
+        try:
+            validate_topic_name(name)
+        except InvalidTopicError as error:
+            raise _Rejected(ErrorCode.INVALID_TOPIC_EXCEPTION, str(error)) from None
+        _check_name_collision(image, name)
+        if not isinstance(topic_id, str) or not topic_id:
+            raise _Rejected(ErrorCode.INVALID_REQUEST, "topic id must be a non-empty string")
+        if image.topic_by_id(topic_id) is not None:
+            raise _Rejected(ErrorCode.INVALID_REQUEST, f"topic id {topic_id} is already in use")
+        config = _validate_configs(configs)
+        if assignments is not None:
+            if num_partitions != -1 or replication_factor != -1:
+                raise _Rejected(
+                    ErrorCode.INVALID_REQUEST,
+                    "give either replica assignments or partition count and replication "
+                    "factor (-1), not both",
+                )
+            placed = _assignment_specs(image, assignments)
+        else:
+            count = default_partitions if num_partitions == -1 else num_partitions
+            factor = default_replication_factor if replication_factor == -1 else replication_factor
+            count = _validate_partition_count(count, "number of partitions")
+            factor = _validate_replication_factor(image, factor)
+            placed = _placed(image, count, factor, rng)
+    except _Rejected as rejected:
+        return _error(rejected.error_code, rejected.message, name=name)
+    specs = tuple(_initial_spec(image, replicas) for replicas in placed)
+    record = CreateTopic(name=name, topic_id=topic_id, partitions=specs, config=config)
+    response = {
+        "name": name,
+        "topic_id": topic_id,
+        "num_partitions": len(specs),
+        "replication_factor": len(specs[0].replicas),
+        "partitions": [
+            {"partition": i, "replicas": list(s.replicas), "leader": s.leader, "isr": list(s.isr)}
+            for i, s in enumerate(specs)
+        ],
+        "configs": dict(config),
+    }
+    return _ok([] if validate_only else [record], **response)
+
+
+def _resolve_topic(image: MetadataImage, name: str | None, topic_id: str | None) -> TopicImage:
+    if topic_id is not None:
+        topic = image.topic_by_id(topic_id)
+        if topic is None or (name is not None and topic.name != name):
+            raise _Rejected(ErrorCode.UNKNOWN_TOPIC_ID, f"unknown topic id {topic_id}")
+        return topic
+    if name is None:
+        raise _Rejected(ErrorCode.INVALID_REQUEST, "give a topic name or a topic id")
+    found = image.topics.get(name)
+    if found is None:
+        raise _Rejected(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+    return found
+
+
+def delete_topic(
+    image: MetadataImage, *, name: str | None = None, topic_id: str | None = None
+) -> ControllerResult:
+    """Delete a topic by name or by id."""
+    try:
+        topic = _resolve_topic(image, name, topic_id)
+    except _Rejected as rejected:
+        return _error(rejected.error_code, rejected.message, name=name, topic_id=topic_id)
+    return _ok([DeleteTopic(topic_id=topic.topic_id)], name=topic.name, topic_id=topic.topic_id)
+
+
+def create_partitions(
+    image: MetadataImage,
+    *,
+    name: str,
+    count: int,
+    assignments: Sequence[Sequence[int]] | None,
+    rng: random.Random,
+    validate_only: bool = False,
+) -> ControllerResult:
+    """Grow topic ``name`` to ``count`` partitions; ``assignments`` lists the replicas of the
+    new partitions only (Kafka's CreatePartitions)."""
+    try:
+        topic = _resolve_topic(image, name, None)
+        current = len(topic.partitions)
+        if type(count) is not int or count <= current:
+            raise _Rejected(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {name!r} has {current} partitions; the new count {count!r} must be larger",
+            )
+        _validate_partition_count(count, "number of partitions")
+        factor = len(topic.partitions[0].replicas)
+        added = count - current
+        if assignments is not None:
+            if len(assignments) != added:
+                raise _Rejected(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"{len(assignments)} assignments given for {added} new partitions",
+                )
+            placed = [
+                _validate_replica_list(image, current + i, replicas, factor)
+                for i, replicas in enumerate(assignments)
+            ]
+        else:
+            _validate_replication_factor(image, factor)
+            # Continue the spread where it stopped (Kafka: start from partition 0's leader).
+            live = [broker_id for broker_id, _ in sorted(_live_brokers_with_racks(image))]
+            first_leader = topic.partitions[0].preferred_leader
+            start_index = next((i for i, b in enumerate(live) if b >= first_leader), 0)
+            placed = _placed(
+                image, added, factor, rng, start_partition=current, start_index=start_index
+            )
+    except _Rejected as rejected:
+        return _error(rejected.error_code, rejected.message, name=name)
+    specs = tuple(_initial_spec(image, replicas) for replicas in placed)
+    record = CreatePartitions(topic_id=topic.topic_id, partitions=specs)
+    response = {
+        "name": name,
+        "topic_id": topic.topic_id,
+        "count": count,
+        "partitions": [
+            {"partition": current + i, "replicas": list(s.replicas), "leader": s.leader}
+            for i, s in enumerate(specs)
+        ],
+    }
+    return _ok([] if validate_only else [record], **response)
+
+
+# -- partitions ---------------------------------------------------------------------------
+
+
+def _validate_alter_partition(
+    image: MetadataImage,
+    broker_id: int,
+    incarnation_id: str,
+    topic_id: str,
+    partition: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    isr: Sequence[int],
+) -> tuple[TopicImage, PartitionState, tuple[int, ...]]:
+    registration = image.brokers.get(broker_id)
+    if registration is None or registration.incarnation_id != incarnation_id:
+        raise _Rejected(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"broker {broker_id} incarnation {incarnation_id} is not the registered one",
+        )
+    topic = image.topic_by_id(topic_id)
+    if topic is None:
+        raise _Rejected(ErrorCode.UNKNOWN_TOPIC_ID, f"unknown topic id {topic_id}")
+    if type(partition) is not int or not 0 <= partition < len(topic.partitions):
+        raise _Rejected(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"topic {topic.name!r} has no partition {partition}",
+        )
+    state = topic.partitions[partition]
+    if state.leader != broker_id:
+        raise _Rejected(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            f"broker {broker_id} is not the leader of {topic.name}-{partition} "
+            f"(the leader is {state.leader})",
+        )
+    _check_int(leader_epoch, "leader_epoch")
+    _check_int(partition_epoch, "partition_epoch")
+    if leader_epoch < state.leader_epoch:
+        raise _Rejected(
+            ErrorCode.FENCED_LEADER_EPOCH,
+            f"leader epoch {leader_epoch} is older than the current {state.leader_epoch}",
+        )
+    if leader_epoch > state.leader_epoch:
+        raise _Rejected(
+            ErrorCode.UNKNOWN_LEADER_EPOCH,
+            f"leader epoch {leader_epoch} is newer than the current {state.leader_epoch}",
+        )
+    if partition_epoch != state.partition_epoch:
+        raise _Rejected(
+            ErrorCode.INVALID_UPDATE_VERSION,
+            f"partition epoch {partition_epoch} is not the current {state.partition_epoch}",
+        )
+    if isinstance(isr, str | bytes) or not isinstance(isr, Sequence):
+        raise _Rejected(ErrorCode.INVALID_REQUEST, "isr must be a list of broker ids")
+    proposed = [_check_int(member, "isr member") for member in isr]
+    if len(set(proposed)) != len(proposed):
+        raise _Rejected(ErrorCode.INVALID_REQUEST, f"the ISR {proposed} lists a broker twice")
+    if not set(proposed) <= set(state.replicas):
+        raise _Rejected(
+            ErrorCode.INVALID_REQUEST,
+            f"the ISR {proposed} is not a subset of the replicas {list(state.replicas)}",
+        )
+    if broker_id not in proposed:
+        raise _Rejected(
+            ErrorCode.INVALID_REQUEST, f"the ISR {proposed} does not contain the leader {broker_id}"
+        )
+    for member in proposed:
+        if member not in state.isr and not image.is_live(member):
+            raise _Rejected(
+                ErrorCode.INELIGIBLE_REPLICA,
+                f"broker {member} cannot join the ISR: it is fenced or not registered",
+            )
+    # Kept in replica order so that a mere reordering is not a change.
+    new_isr = tuple(r for r in state.replicas if r in proposed)
+    return topic, state, new_isr
+
+
+def alter_partition(
+    image: MetadataImage,
+    *,
+    broker_id: int,
+    incarnation_id: str,
+    topic_id: str,
+    partition: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    isr: Sequence[int],
+) -> ControllerResult:
+    """The partition leader proposes a new ISR (Kafka's AlterPartition). The response carries
+    the partition state after the change (or the current state when rejected)."""
+    fields: dict[str, Any] = {"topic_id": topic_id, "partition": partition}
+    try:
+        topic, state, new_isr = _validate_alter_partition(
+            image,
+            broker_id,
+            incarnation_id,
+            topic_id,
+            partition,
+            leader_epoch,
+            partition_epoch,
+            isr,
+        )
+    except _Rejected as rejected:
+        current = _current_state(image, topic_id, partition)
+        extra = _state_fields(current) if current is not None else {}
+        return _error(rejected.error_code, rejected.message, **fields, **extra)
+    if new_isr == state.isr:
+        return _ok(**fields, **_state_fields(state))
+    change = leader_change(topic, partition, state, leader=state.leader, isr=new_isr)
+    new_state = PartitionState(
+        replicas=state.replicas,
+        isr=new_isr,
+        leader=state.leader,
+        leader_epoch=state.leader_epoch,
+        partition_epoch=change.partition_epoch,
+    )
+    return _ok([change], **fields, **_state_fields(new_state))
+
+
+def _current_state(image: MetadataImage, topic_id: str, partition: Any) -> PartitionState | None:
+    topic = image.topic_by_id(topic_id) if isinstance(topic_id, str) else None
+    if topic is None or type(partition) is not int or not 0 <= partition < len(topic.partitions):
+        return None
+    return topic.partitions[partition]
+
+
+ELECTION_TYPES = ("preferred", "unclean")
+
+
+def _elect_one(
+    image: MetadataImage, topic: TopicImage, partition: int, election_type: str
+) -> PartitionChange:
+    state = topic.partitions[partition]
+    if election_type == "preferred":
+        preferred = state.preferred_leader
+        if state.leader == preferred:
+            raise _Rejected(
+                ErrorCode.ELECTION_NOT_NEEDED, f"broker {preferred} is already the leader"
+            )
+        if preferred not in state.isr or not image.is_live(preferred):
+            raise _Rejected(
+                ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                f"preferred replica {preferred} is not live and in the ISR {list(state.isr)}",
+            )
+        return leader_change(topic, partition, state, leader=preferred, isr=state.isr)
+    if state.leader != -1:
+        raise _Rejected(
+            ErrorCode.ELECTION_NOT_NEEDED, f"the partition has a leader ({state.leader})"
+        )
+    clean = first_live_replica(image, state, among=state.isr, exclude=-1)
+    if clean is not None:
+        return leader_change(topic, partition, state, leader=clean, isr=state.isr)
+    unclean = first_live_replica(image, state, among=None, exclude=-1)
+    if unclean is None:
+        raise _Rejected(
+            ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+            f"none of the replicas {list(state.replicas)} is live",
+        )
+    return leader_change(topic, partition, state, leader=unclean, isr=(unclean,))
+
+
+def elect_leaders(
+    image: MetadataImage,
+    *,
+    partitions: Sequence[tuple[str, int]] | None,
+    election_type: str = "preferred",
+) -> ControllerResult:
+    """Kafka's ElectLeaders: ``"preferred"`` moves leadership to the preferred replica where it
+    is live and in the ISR; ``"unclean"`` gives offline partitions a leader (a live ISR member
+    if any, else the first live replica, with ISR = [it]). ``partitions=None`` means all.
+    Per-partition outcomes are in ``response["partitions"]``."""
+    if election_type not in ELECTION_TYPES:
+        return _error(
+            ErrorCode.INVALID_REQUEST,
+            f"election type {election_type!r} is not one of {', '.join(ELECTION_TYPES)}",
+            partitions=[],
+        )
+    if partitions is None:
+        wanted = [(name, i) for name, t in image.topics.items() for i in range(len(t.partitions))]
+    else:
+        wanted = list(dict.fromkeys((name, index) for name, index in partitions))
+    records: list[Record] = []
+    results = []
+    for name, index in wanted:
+        outcome: dict[str, Any] = {"topic": name, "partition": index}
+        try:
+            topic = image.topics.get(name)
+            if topic is None or type(index) is not int or not 0 <= index < len(topic.partitions):
+                raise _Rejected(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {name}-{index}"
+                )
+            change = _elect_one(image, topic, index, election_type)
+        except _Rejected as rejected:
+            if partitions is None and rejected.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                # Electing "all" reports only the partitions it changed (Kafka does the same).
+                continue
+            results.append(
+                {
+                    **outcome,
+                    "error_code": int(rejected.error_code),
+                    "error_message": rejected.message,
+                }
+            )
+            continue
+        records.append(change)
+        results.append({**outcome, "error_code": 0, "error_message": None, "leader": change.leader})
+    return _ok(records, partitions=results)
+
+
+# -- configs ------------------------------------------------------------------------------
+
+
+def _validate_topic_changes(changes: Mapping[str, str | None]) -> None:
+    for key, value in changes.items():
+        if value is None:
+            if key not in TOPIC_CONFIG_KEYS:
+                raise _Rejected(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
+            continue
+        if not isinstance(value, str):
+            raise _Rejected(ErrorCode.INVALID_CONFIG, f"config {key!r} must map to a string")
+        try:
+            validate_topic_config(key, value)
+        except InvalidConfigError as error:
+            raise _Rejected(ErrorCode.INVALID_CONFIG, str(error)) from None
+
+
+def _validate_broker_changes(resource_name: str, changes: Mapping[str, str | None]) -> None:
+    if not isinstance(resource_name, str) or not _BROKER_RESOURCE_NAME.match(resource_name):
+        raise _Rejected(
+            ErrorCode.INVALID_REQUEST,
+            f"broker resource name must be a broker id or empty, got {resource_name!r}",
+        )
+    for key, value in changes.items():
+        if not isinstance(key, str) or not _BROKER_CONFIG_KEY.match(key):
+            raise _Rejected(
+                ErrorCode.INVALID_CONFIG, f"broker config key {key!r} must match [a-z0-9._]+"
+            )
+        if value is not None and (
+            not isinstance(value, str) or len(value) > MAX_CONFIG_VALUE_LENGTH
+        ):
+            raise _Rejected(
+                ErrorCode.INVALID_CONFIG,
+                f"broker config {key!r} must map to a string of at most "
+                f"{MAX_CONFIG_VALUE_LENGTH} characters",
+            )
+
+
+def alter_configs(
+    image: MetadataImage,
+    *,
+    resource_type: str,
+    resource_name: str,
+    changes: Mapping[str, str | None],
+    validate_only: bool = False,
+) -> ControllerResult:
+    """Set (str) or delete (None) config overrides of a topic or a broker (``resource_name``
+    is a broker id, or ``""`` for the cluster-wide default). Only real changes make records."""
+    fields: dict[str, Any] = {"resource_type": resource_type, "resource_name": resource_name}
+    try:
+        if len(changes) > MAX_CONFIG_CHANGES:
+            raise _Rejected(ErrorCode.INVALID_REQUEST, f"more than {MAX_CONFIG_CHANGES} changes")
+        if resource_type == "topic":
+            topic = image.topics.get(resource_name)
+            if topic is None:
+                raise _Rejected(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {resource_name!r}"
+                )
+            _validate_topic_changes(changes)
+            current = topic.config_dict()
+        elif resource_type == "broker":
+            _validate_broker_changes(resource_name, changes)
+            current = dict(image.broker_configs.get(resource_name, ()))
+        else:
+            raise _Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"resource type must be 'topic' or 'broker', got {resource_type!r}",
+            )
+    except _Rejected as rejected:
+        return _error(rejected.error_code, rejected.message, **fields)
+    records: list[Record] = [
+        ConfigChange(resource_type=resource_type, resource_name=resource_name, key=key, value=value)
+        for key, value in sorted(changes.items())
+        if current.get(key) != value
+    ]
+    return _ok([] if validate_only else records, **fields)

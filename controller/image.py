@@ -1,0 +1,546 @@
+"""The immutable metadata image and the delta between two images (Kafka's ``MetadataImage`` and
+``MetadataDelta``).
+
+``MetadataImage.replay(record)`` is the only state transition of the metadata. It is pure and
+deterministic: a record that does not apply to the image (a stale ``PartitionChange``, a fence
+of an old incarnation, a topic that already exists...) is ignored, logged at DEBUG, never
+raised, so every replica of the log ends in the same state.
+
+Thread-safety: images, deltas and their parts are immutable and may be shared between threads.
+They pickle (pysyncobj snapshots the state machine with pickle) and convert to and from a
+JSON-able dict exactly.
+
+Invariants kept by ``replay`` (checked by tests): a partition's leader is ``-1`` or a member
+of its ISR, the ISR is a subset of the replicas, and its epochs never decrease.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, TypeVar
+
+from flux.controller.records import (
+    ConfigChange,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    FenceBroker,
+    PartitionChange,
+    PartitionSpec,
+    Record,
+    RegisterBroker,
+    UnfenceBroker,
+)
+
+__all__ = [
+    "BrokerRegistration",
+    "FrozenMap",
+    "MetadataDelta",
+    "MetadataImage",
+    "PartitionState",
+    "RoleChanges",
+    "TopicImage",
+]
+
+_log = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class FrozenMap(Mapping[K, V]):
+    """An immutable, hashable, picklable mapping (``types.MappingProxyType`` does not pickle).
+
+    Iterates in insertion order; equality is mapping equality.
+    """
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
+        self._data: dict[K, V] = dict(items)
+        self._hash: int | None = None
+
+    def __getitem__(self, key: K) -> V:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenMap):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenMap, (tuple(self._data.items()),))
+
+    def set(self, key: K, value: V) -> FrozenMap[K, V]:
+        """A copy with ``key`` set to ``value``."""
+        data = dict(self._data)
+        data[key] = value
+        return FrozenMap(data)
+
+    def remove(self, key: K) -> FrozenMap[K, V]:
+        """A copy without ``key`` (the same map if it is absent)."""
+        if key not in self._data:
+            return self
+        data = dict(self._data)
+        del data[key]
+        return FrozenMap(data)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: str
+    kafka_host: str
+    kafka_port: int
+    http_host: str
+    http_port: int
+    rack: str | None
+    fenced: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "broker_id": self.broker_id,
+            "incarnation_id": self.incarnation_id,
+            "kafka_host": self.kafka_host,
+            "kafka_port": self.kafka_port,
+            "http_host": self.http_host,
+            "http_port": self.http_port,
+            "rack": self.rack,
+            "fenced": self.fenced,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BrokerRegistration:
+        return cls(
+            broker_id=int(data["broker_id"]),
+            incarnation_id=str(data["incarnation_id"]),
+            kafka_host=str(data["kafka_host"]),
+            kafka_port=int(data["kafka_port"]),
+            http_host=str(data["http_host"]),
+            http_port=int(data["http_port"]),
+            rack=None if data.get("rack") is None else str(data["rack"]),
+            fenced=bool(data["fenced"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Leader and ISR of one partition. ``leader == -1`` means the partition is offline."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0]
+
+    @property
+    def offline(self) -> bool:
+        return self.leader == -1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "replicas": list(self.replicas),
+            "isr": list(self.isr),
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "partition_epoch": self.partition_epoch,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PartitionState:
+        return cls(
+            replicas=tuple(int(r) for r in data["replicas"]),
+            isr=tuple(int(r) for r in data["isr"]),
+            leader=int(data["leader"]),
+            leader_epoch=int(data["leader_epoch"]),
+            partition_epoch=int(data["partition_epoch"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    """One topic: its partitions (index = partition number) and config overrides (sorted)."""
+
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionState, ...]
+    config: tuple[tuple[str, str], ...]
+
+    def config_dict(self) -> dict[str, str]:
+        return dict(self.config)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "topic_id": self.topic_id,
+            "partitions": [p.to_dict() for p in self.partitions],
+            "config": [[k, v] for k, v in self.config],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TopicImage:
+        return cls(
+            name=str(data["name"]),
+            topic_id=str(data["topic_id"]),
+            partitions=tuple(PartitionState.from_dict(p) for p in data["partitions"]),
+            config=tuple((str(k), str(v)) for k, v in data["config"]),
+        )
+
+
+def _sorted_pairs(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(dict(pairs).items()))
+
+
+def _spec_is_valid(spec: PartitionSpec) -> bool:
+    return (
+        len(spec.replicas) > 0
+        and len(set(spec.replicas)) == len(spec.replicas)
+        and len(set(spec.isr)) == len(spec.isr)
+        and set(spec.isr) <= set(spec.replicas)
+        and (spec.leader == -1 or spec.leader in spec.isr)
+    )
+
+
+def _initial_state(spec: PartitionSpec) -> PartitionState:
+    return PartitionState(
+        replicas=spec.replicas, isr=spec.isr, leader=spec.leader, leader_epoch=0, partition_epoch=0
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    """The whole cluster metadata at ``version`` (the Raft index of the last applied command).
+
+    ``brokers`` maps broker id to registration, ``topics`` maps topic name to topic and
+    ``broker_configs`` maps a broker resource name (``"1"``, or ``""`` for the cluster default)
+    to its sorted config pairs.
+    """
+
+    EMPTY: ClassVar[MetadataImage]
+
+    version: int
+    brokers: FrozenMap[int, BrokerRegistration] = field(default_factory=FrozenMap)
+    topics: FrozenMap[str, TopicImage] = field(default_factory=FrozenMap)
+    broker_configs: FrozenMap[str, tuple[tuple[str, str], ...]] = field(default_factory=FrozenMap)
+
+    # -- queries ------------------------------------------------------------------------
+
+    def topic_by_id(self, topic_id: str) -> TopicImage | None:
+        for topic in self.topics.values():
+            if topic.topic_id == topic_id:
+                return topic
+        return None
+
+    def live_broker_ids(self) -> list[int]:
+        """Registered, unfenced brokers, sorted."""
+        return sorted(b.broker_id for b in self.brokers.values() if not b.fenced)
+
+    def is_live(self, broker_id: int) -> bool:
+        registration = self.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
+
+    # -- replay -------------------------------------------------------------------------
+
+    def replay_all(self, records: Sequence[Record], version: int) -> MetadataImage:
+        """Apply ``records`` in order, then set ``version``."""
+        image = self
+        for record in records:
+            image = image.replay(record)
+        return replace(image, version=version)
+
+    def replay(self, record: Record) -> MetadataImage:
+        """The image after ``record``; ``self`` if it does not apply. Keeps ``version``."""
+        handler = _REPLAYERS.get(type(record))
+        if handler is None:
+            raise TypeError(f"not a metadata record: {record!r}")
+        return handler(self, record)
+
+    def _ignore(self, record: Record, reason: str) -> MetadataImage:
+        _log.debug("ignoring %r: %s", record, reason)
+        return self
+
+    def _replay_register(self, record: RegisterBroker) -> MetadataImage:
+        registration = BrokerRegistration(
+            broker_id=record.broker_id,
+            incarnation_id=record.incarnation_id,
+            kafka_host=record.kafka_host,
+            kafka_port=record.kafka_port,
+            http_host=record.http_host,
+            http_port=record.http_port,
+            rack=record.rack,
+            fenced=True,
+        )
+        brokers = self.brokers.set(record.broker_id, registration)
+        return replace(self, brokers=FrozenMap(sorted(brokers.items())))
+
+    def _replay_fencing(self, record: FenceBroker | UnfenceBroker) -> MetadataImage:
+        current = self.brokers.get(record.broker_id)
+        if current is None or current.incarnation_id != record.incarnation_id:
+            return self._ignore(record, "no such broker incarnation")
+        fenced = isinstance(record, FenceBroker)
+        if current.fenced == fenced:
+            return self
+        return replace(
+            self, brokers=self.brokers.set(record.broker_id, replace(current, fenced=fenced))
+        )
+
+    def _with_topic(self, topic: TopicImage) -> MetadataImage:
+        return replace(self, topics=FrozenMap(sorted(self.topics.set(topic.name, topic).items())))
+
+    def _replay_create_topic(self, record: CreateTopic) -> MetadataImage:
+        if record.name in self.topics or self.topic_by_id(record.topic_id) is not None:
+            return self._ignore(record, "topic name or id exists")
+        if not record.partitions or not all(_spec_is_valid(s) for s in record.partitions):
+            return self._ignore(record, "invalid partition specs")
+        topic = TopicImage(
+            name=record.name,
+            topic_id=record.topic_id,
+            partitions=tuple(_initial_state(s) for s in record.partitions),
+            config=_sorted_pairs(record.config),
+        )
+        return self._with_topic(topic)
+
+    def _replay_create_partitions(self, record: CreatePartitions) -> MetadataImage:
+        topic = self.topic_by_id(record.topic_id)
+        if topic is None:
+            return self._ignore(record, "unknown topic id")
+        if not all(_spec_is_valid(s) for s in record.partitions):
+            return self._ignore(record, "invalid partition specs")
+        added = tuple(_initial_state(s) for s in record.partitions)
+        return self._with_topic(replace(topic, partitions=topic.partitions + added))
+
+    def _replay_delete_topic(self, record: DeleteTopic) -> MetadataImage:
+        topic = self.topic_by_id(record.topic_id)
+        if topic is None:
+            return self._ignore(record, "unknown topic id")
+        return replace(self, topics=self.topics.remove(topic.name))
+
+    def _replay_partition_change(self, record: PartitionChange) -> MetadataImage:
+        topic = self.topic_by_id(record.topic_id)
+        if topic is None or not 0 <= record.partition < len(topic.partitions):
+            return self._ignore(record, "unknown partition")
+        current = topic.partitions[record.partition]
+        if record.partition_epoch != current.partition_epoch + 1:
+            return self._ignore(record, f"partition epoch is {current.partition_epoch}")
+        if record.leader_epoch < current.leader_epoch:
+            return self._ignore(record, f"leader epoch is {current.leader_epoch}")
+        replicas = set(current.replicas)
+        isr_valid = set(record.isr) <= replicas and len(set(record.isr)) == len(record.isr)
+        leader_valid = record.leader == -1 or record.leader in record.isr
+        if not (isr_valid and leader_valid):
+            return self._ignore(record, f"leader/ISR not within replicas {current.replicas}")
+        state = PartitionState(
+            replicas=current.replicas,
+            isr=record.isr,
+            leader=record.leader,
+            leader_epoch=record.leader_epoch,
+            partition_epoch=record.partition_epoch,
+        )
+        partitions = list(topic.partitions)
+        partitions[record.partition] = state
+        return self._with_topic(replace(topic, partitions=tuple(partitions)))
+
+    def _replay_config_change(self, record: ConfigChange) -> MetadataImage:
+        if record.resource_type == "topic":
+            topic = self.topics.get(record.resource_name)
+            if topic is None:
+                return self._ignore(record, "unknown topic")
+            config = _set_pair(topic.config, record.key, record.value)
+            return self._with_topic(replace(topic, config=config))
+        if record.resource_type == "broker":
+            current = self.broker_configs.get(record.resource_name, ())
+            config = _set_pair(current, record.key, record.value)
+            if config:
+                configs = self.broker_configs.set(record.resource_name, config)
+            else:
+                configs = self.broker_configs.remove(record.resource_name)
+            return replace(self, broker_configs=FrozenMap(sorted(configs.items())))
+        return self._ignore(record, "unknown resource type")
+
+    # -- serialization ------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "brokers": [b.to_dict() for b in self.brokers.values()],
+            "topics": [t.to_dict() for t in self.topics.values()],
+            "broker_configs": [
+                {"name": name, "config": [[k, v] for k, v in pairs]}
+                for name, pairs in self.broker_configs.items()
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MetadataImage:
+        brokers = (BrokerRegistration.from_dict(b) for b in data["brokers"])
+        topics = (TopicImage.from_dict(t) for t in data["topics"])
+        return cls(
+            version=int(data["version"]),
+            brokers=FrozenMap(sorted((b.broker_id, b) for b in brokers)),
+            topics=FrozenMap(sorted(((t.name, t) for t in topics), key=lambda item: item[0])),
+            broker_configs=FrozenMap(
+                sorted(
+                    (str(c["name"]), tuple((str(k), str(v)) for k, v in c["config"]))
+                    for c in data["broker_configs"]
+                )
+            ),
+        )
+
+
+def _set_pair(
+    pairs: tuple[tuple[str, str], ...], key: str, value: str | None
+) -> tuple[tuple[str, str], ...]:
+    config = dict(pairs)
+    if value is None:
+        config.pop(key, None)
+    else:
+        config[key] = value
+    return tuple(sorted(config.items()))
+
+
+_REPLAYERS: dict[type[Any], Any] = {
+    RegisterBroker: MetadataImage._replay_register,
+    FenceBroker: MetadataImage._replay_fencing,
+    UnfenceBroker: MetadataImage._replay_fencing,
+    CreateTopic: MetadataImage._replay_create_topic,
+    CreatePartitions: MetadataImage._replay_create_partitions,
+    DeleteTopic: MetadataImage._replay_delete_topic,
+    PartitionChange: MetadataImage._replay_partition_change,
+    ConfigChange: MetadataImage._replay_config_change,
+}
+
+MetadataImage.EMPTY = MetadataImage(version=0)
+
+
+# -- deltas ---------------------------------------------------------------------------------
+
+PartitionRole = tuple[TopicImage, int, PartitionState]
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChanges:
+    """What one broker must do after a metadata update.
+
+    ``leader``: partitions it now leads and either did not lead or whose leader epoch changed.
+    ``follower``: partitions it replicates without leading, that are new to it or whose leader
+    or leader epoch changed. ``removed``: ``(topic name, topic id, partition)`` it no longer
+    hosts (topic deleted or replica moved away).
+    """
+
+    leader: list[PartitionRole]
+    follower: list[PartitionRole]
+    removed: list[tuple[str, str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataDelta:
+    """The difference between two images (``old`` → ``new``).
+
+    ``changed_topics``: names of topics that are new or differ (a topic recreated under the
+    same name with a new id is both deleted and changed). ``deleted_topics``: names whose old
+    topic id is gone. ``changed_brokers``: ids registered, re-registered, fenced or unfenced;
+    ``deleted_brokers``: ids no longer registered. ``changed_broker_configs``: broker resource
+    names whose overrides changed.
+    """
+
+    old: MetadataImage
+    new: MetadataImage
+    changed_topics: tuple[str, ...]
+    deleted_topics: tuple[str, ...]
+    changed_brokers: tuple[int, ...]
+    deleted_brokers: tuple[int, ...]
+    changed_broker_configs: tuple[str, ...]
+
+    @classmethod
+    def between(cls, old: MetadataImage, new: MetadataImage) -> MetadataDelta:
+        new_ids = {t.topic_id for t in new.topics.values()}
+        deleted_topics = tuple(
+            name for name, topic in old.topics.items() if topic.topic_id not in new_ids
+        )
+        changed_topics = tuple(
+            name for name, topic in new.topics.items() if old.topics.get(name) != topic
+        )
+        changed_brokers = tuple(
+            broker_id for broker_id, b in new.brokers.items() if old.brokers.get(broker_id) != b
+        )
+        deleted_brokers = tuple(
+            broker_id for broker_id in old.brokers if broker_id not in new.brokers
+        )
+        config_names = sorted(set(old.broker_configs) | set(new.broker_configs))
+        changed_configs = tuple(
+            name
+            for name in config_names
+            if old.broker_configs.get(name) != new.broker_configs.get(name)
+        )
+        return cls(
+            old=old,
+            new=new,
+            changed_topics=changed_topics,
+            deleted_topics=deleted_topics,
+            changed_brokers=changed_brokers,
+            deleted_brokers=deleted_brokers,
+            changed_broker_configs=changed_configs,
+        )
+
+    def partition_roles(self, broker_id: int) -> RoleChanges:
+        leader: list[PartitionRole] = []
+        follower: list[PartitionRole] = []
+        removed: list[tuple[str, str, int]] = []
+        for name in self.changed_topics:
+            topic = self.new.topics[name]
+            old_topic = self.old.topic_by_id(topic.topic_id)
+            for index, state in enumerate(topic.partitions):
+                old_state = None
+                if old_topic is not None and index < len(old_topic.partitions):
+                    old_state = old_topic.partitions[index]
+                role = _role_change(broker_id, old_state, state)
+                if role == "leader":
+                    leader.append((topic, index, state))
+                elif role == "follower":
+                    follower.append((topic, index, state))
+                elif role == "removed":
+                    removed.append((topic.name, topic.topic_id, index))
+        for name in self.deleted_topics:
+            old_topic = self.old.topics[name]
+            for index, state in enumerate(old_topic.partitions):
+                if broker_id in state.replicas:
+                    removed.append((old_topic.name, old_topic.topic_id, index))
+        return RoleChanges(leader=leader, follower=follower, removed=removed)
+
+
+def _role_change(broker_id: int, old: PartitionState | None, new: PartitionState) -> str | None:
+    was_replica = old is not None and broker_id in old.replicas
+    if broker_id not in new.replicas:
+        return "removed" if was_replica else None
+    assert old is None or new.leader_epoch >= old.leader_epoch, "leader epoch went backwards"
+    leader_moved = old is None or old.leader != new.leader or old.leader_epoch != new.leader_epoch
+    if new.leader == broker_id:
+        return "leader" if leader_moved else None
+    if not was_replica or leader_moved:
+        return "follower"
+    return None

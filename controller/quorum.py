@@ -1,0 +1,475 @@
+"""The Raft metadata quorum: pysyncobj behind a small interface of our own.
+
+``MetadataQuorum`` orders and persists batches of metadata records; the state machine it
+replicates is ``_MetadataStateMachine`` (the ``MetadataImage``, the applied request ids and
+the version). Nothing else in Flux touches pysyncobj, so it stays replaceable.
+
+Thread model. pysyncobj runs its own tick thread: it applies committed commands, calls
+``onStateChanged`` and the per-command callbacks there. Everything that crosses from that
+thread into asyncio goes through ``MetadataQuorum._to_loop`` (``loop.call_soon_threadsafe``)
+and nowhere else; the ``_on_*`` methods it schedules run on the event loop, own the loop-side
+state (latest image, pending proposals, leadership flag) and invoke the user callbacks. The
+public properties and ``propose`` are meant to be used from the loop.
+
+Guarantees and how they are kept (see ``/work/shared/notes/pysyncobj.md`` for the gaps):
+
+- A proposal is one Raft command carrying all its records, applied atomically (version + 1).
+  It carries a request id; the state machine remembers the last ``MAX_REMEMBERED_REQUESTS``
+  ids and skips a duplicate, so a retry after a timeout cannot apply twice. Completion is
+  observed through the state machine's own apply notifications (by request id), not only
+  through pysyncobj's callback, which is lost sometimes after log compaction.
+- ``is_leader`` becomes true only after this node committed a no-op in its own term (a read
+  barrier), so a new leader never computes records from an image that lags the log.
+- Journal and snapshot live in ``data_dir``. A journal or snapshot that cannot be loaded is
+  moved aside (``<name>.corrupt-<timestamp>``, logged at ERROR) and the node starts as an
+  empty member that resyncs from its peers, never with silently partial state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from flux.controller.errors import (
+    InvalidRecordError,
+    NotControllerError,
+    ProposalTimeoutError,
+    QuorumClosedError,
+    QuorumError,
+)
+from flux.controller.image import MetadataImage
+from flux.controller.records import Record, record_from_dict, record_to_dict
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import pickle as raft_pickle
+from pysyncobj.journal import FileJournal
+from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE
+
+__all__ = [
+    "MAX_RECORDS_PER_PROPOSAL",
+    "MAX_REMEMBERED_REQUESTS",
+    "MetadataQuorum",
+    "NotControllerError",
+    "ProposalTimeoutError",
+    "QuorumClosedError",
+    "raft_settings",
+]
+
+_log = logging.getLogger(__name__)
+
+MAX_REMEMBERED_REQUESTS = 10_000
+MAX_RECORDS_PER_PROPOSAL = 100_000
+MAX_REQUEST_ID_LENGTH = 200
+MAX_PENDING_PROPOSALS = 10_000
+JOURNAL_NAME = "raft.journal"
+DUMP_NAME = "raft.dump"
+_BARRIER_PREFIX = "leader-barrier:"
+
+
+def raft_settings(
+    *,
+    secret: str,
+    journal_file: str,
+    dump_file: str,
+    on_state_changed: Callable[[int, int], None],
+    log_compaction_min_entries: int,
+    single_node: bool = False,
+) -> SyncObjConf:
+    """pysyncobj settings for the metadata quorum (see the notes on pysyncobj for why)."""
+    return SyncObjConf(
+        password=secret,
+        journalFile=journal_file,
+        fullDumpFile=dump_file,
+        # ~1,000 synchronous commits/s instead of ~10/s with batching.
+        appendEntriesUseBatch=False,
+        appendEntriesPeriod=0.1,
+        dynamicMembershipChange=False,
+        # Fail a proposal at once while there is no leader instead of queueing it.
+        commandsWaitLeader=False,
+        # Election timeouts: a dead leader is replaced in ~1 s (measured in test_quorum).
+        raftMinTimeout=0.4,
+        raftMaxTimeout=1.0,
+        connectionTimeout=3.5,
+        connectionRetryTime=1.0,
+        # A leader cut off from the majority steps down after 2 s, not the default 30 s.
+        leaderFallbackTimeout=2.0,
+        logCompactionMinEntries=log_compaction_min_entries,
+        logCompactionMinTime=300,
+        # Snapshot in the tick thread rather than fork() a process that runs asyncio and other
+        # threads; the metadata image is small.
+        useFork=False,
+        onStateChanged=on_state_changed,
+        # Alone, a node commits an entry one tick after appending it (no follower reply wakes
+        # the tick thread), so a short tick keeps a proposal at ~10 ms instead of ~50 ms.
+        autoTickPeriod=0.01 if single_node else 0.05,
+    )
+
+
+class _MetadataStateMachine(SyncObjConsumer):
+    """The replicated state: ``image``, ``applied`` (request id -> version, or -1 if the
+    command was rejected) and, through ``image.version``, the number of applied commands.
+
+    Runs on pysyncobj's tick thread only (``apply_records`` and ``_deserialize``); the loop
+    may read ``image`` (one reference read) and test membership in ``applied``.
+    Attributes set before ``SyncObjConsumer.__init__`` are not replicated (pysyncobj snapshots
+    only the attributes added after it).
+    """
+
+    def __init__(self, notify: Callable[[MetadataImage, str | None, bool], None]) -> None:
+        self._notify = notify
+        super().__init__()
+        self.image: MetadataImage = MetadataImage.EMPTY
+        self.applied: dict[str, int] = {}
+
+    @replicated
+    def apply_records(self, record_dicts: list[dict[str, Any]], request_id: str) -> MetadataImage:
+        if request_id in self.applied:
+            _log.debug("request %s was already applied", request_id)
+            return self.image
+        try:
+            records = [record_from_dict(d) for d in record_dicts]
+            self.image = self.image.replay_all(records, self.image.version + 1)
+            self.applied[request_id] = self.image.version
+            accepted = True
+        except Exception:
+            # Deterministic on every replica: the same command fails the same way everywhere.
+            _log.exception("rejected metadata command %s", request_id)
+            self.applied[request_id] = -1
+            accepted = False
+        while len(self.applied) > MAX_REMEMBERED_REQUESTS:
+            del self.applied[next(iter(self.applied))]
+        self._notify(self.image, request_id, accepted)
+        return self.image
+
+    def _deserialize(self, data: Mapping[str, Any]) -> None:
+        super()._deserialize(data)
+        _log.info("metadata state restored from a snapshot at version %d", self.image.version)
+        self._notify(self.image, None, True)
+
+
+class MetadataQuorum:
+    """pysyncobj behind our own interface. Thread model: pysyncobj runs its own thread; results
+    cross into asyncio ONLY through ``loop.call_soon_threadsafe`` in one named method
+    (``_to_loop``). ``on_image`` and ``on_leadership`` are invoked on the loop."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        self_address: str,
+        peer_addresses: Sequence[str],
+        data_dir: Path,
+        secret: str,
+        loop: asyncio.AbstractEventLoop,
+        on_image: Callable[[MetadataImage], None] | None = None,
+        on_leadership: Callable[[bool], None] | None = None,
+        log_compaction_min_entries: int = 1000,
+    ) -> None:
+        if not secret:
+            raise ValueError("the Raft secret must not be empty: peers exchange pickled messages")
+        self.node_id = node_id
+        self.self_address = self_address
+        self.peer_addresses = tuple(a for a in peer_addresses if a != self_address)
+        self._loop = loop
+        self._on_image_callback = on_image
+        self._on_leadership_callback = on_leadership
+        # Loop-side state, touched only on the loop.
+        self._image = MetadataImage.EMPTY
+        self._leader_ready = False
+        self._pending: dict[str, asyncio.Future[MetadataImage]] = {}
+        self._closed = False
+
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._journal_file = data_dir / JOURNAL_NAME
+        self._dump_file = data_dir / DUMP_NAME
+        _set_aside_unreadable_files(self._journal_file, self._dump_file)
+
+        self._machine = _MetadataStateMachine(self._on_applied_in_raft_thread)
+        conf = raft_settings(
+            secret=secret,
+            journal_file=str(self._journal_file),
+            dump_file=str(self._dump_file),
+            on_state_changed=self._on_state_changed_in_raft_thread,
+            log_compaction_min_entries=log_compaction_min_entries,
+            single_node=not self.peer_addresses,
+        )
+        self._sync = SyncObj(self_address, list(self.peer_addresses), conf, [self._machine])
+
+    # -- the one boundary from pysyncobj's thread into asyncio ----------------------------
+
+    def _to_loop(self, callback: Callable[..., None], *args: Any) -> None:
+        """Schedule ``callback(*args)`` on the event loop (called from pysyncobj's thread)."""
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            # The loop is closed: nobody is left to tell.
+            pass
+
+    # -- pysyncobj thread side: only forward ------------------------------------------------
+
+    def _on_applied_in_raft_thread(
+        self, image: MetadataImage, request_id: str | None, accepted: bool
+    ) -> None:
+        sync = self._machine._syncObj
+        snapshot_pending = getattr(sync, "_SyncObj__needLoadDumpFile", False)
+        if request_id is not None and snapshot_pending and self._dump_file.exists():
+            # pysyncobj applies journal entries before it loads the snapshot when its port is
+            # not bound yet; loading the snapshot then replaces this state, so publishing these
+            # intermediate images would only show brokers states that never existed.
+            return
+        self._to_loop(self._on_applied, image, request_id, accepted)
+
+    def _on_state_changed_in_raft_thread(self, old_state: int, new_state: int) -> None:
+        sync = self._machine._syncObj
+        term = sync._getTerm() if sync is not None else -1
+        if new_state == _RAFT_STATE.LEADER:
+            # Leadership is announced once a no-op of this term has been applied: by then
+            # the image holds every entry committed by earlier leaders.
+            def on_barrier(result: Any, error: int) -> None:
+                if error == FAIL_REASON.SUCCESS:
+                    self._to_loop(self._on_leadership, True, term)
+
+            self._machine.apply_records(
+                [], f"{_BARRIER_PREFIX}{self.node_id}:{term}", callback=on_barrier
+            )
+        elif old_state == _RAFT_STATE.LEADER:
+            self._to_loop(self._on_leadership, False, term)
+
+    # -- loop side ------------------------------------------------------------------------
+
+    def _on_applied(self, image: MetadataImage, request_id: str | None, accepted: bool) -> None:
+        if image.version >= self._image.version or request_id is None:
+            self._image = image
+            if self._on_image_callback is not None:
+                self._on_image_callback(image)
+        future = self._pending.get(request_id) if request_id is not None else None
+        if future is not None and not future.done():
+            if accepted:
+                future.set_result(image)
+            else:
+                future.set_exception(InvalidRecordError(f"request {request_id} was rejected"))
+
+    def _on_leadership(self, is_leader: bool, term: int) -> None:
+        if is_leader and (not self._sync._isLeader() or self._sync._getTerm() != term):
+            return
+        if is_leader == self._leader_ready:
+            return
+        self._leader_ready = is_leader
+        _log.info(
+            "node %d %s the metadata leader (term %d)",
+            self.node_id,
+            "is" if is_leader else "is no longer",
+            term,
+        )
+        if self._on_leadership_callback is not None:
+            self._on_leadership_callback(is_leader)
+
+    def _on_command_result(self, request_id: str, result: Any, error: int) -> None:
+        future = self._pending.get(request_id)
+        if future is None or future.done():
+            return
+        if error == FAIL_REASON.SUCCESS:
+            if isinstance(result, MetadataImage):
+                future.set_result(result)
+            return
+        if request_id in self._machine.applied:
+            future.set_result(self._latest_image())
+        elif error in (FAIL_REASON.QUEUE_FULL, FAIL_REASON.REQUEST_DENIED):
+            future.set_exception(
+                QuorumError(f"proposal refused by the Raft layer (reason {error})")
+            )
+        else:
+            # MISSING_LEADER, NOT_LEADER, LEADER_CHANGED, DISCARDED, UNKNOWN_OUTCOME: the
+            # caller retries with the same request id, which is safe.
+            future.set_exception(NotControllerError(self.leader_address))
+
+    def _latest_image(self) -> MetadataImage:
+        machine_image = self._machine.image
+        return machine_image if machine_image.version > self._image.version else self._image
+
+    # -- public API -----------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        """The latest applied image (as delivered to the loop)."""
+        return self._image
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader_ready and not self._closed and self._sync._isLeader()
+
+    @property
+    def leader_address(self) -> str | None:
+        """Raft address ``host:port`` of the current leader, if known."""
+        if self._closed:
+            return None
+        leader = self._sync._getLeader()
+        return None if leader is None else str(leader.address)
+
+    async def wait_leader_known(self, timeout_s: float) -> str | None:
+        """Wait until a leader is known (and, if it is this node, ready); its address."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            address = self.leader_address
+            if address is not None and (address != self.self_address or self.is_leader):
+                return address
+            await asyncio.sleep(0.05)
+        return None
+
+    async def propose(
+        self, records: Sequence[Record], *, request_id: str, timeout_s: float = 5.0
+    ) -> MetadataImage:
+        """Commit ``records`` as one Raft command and return the image right after it applied
+        (for a duplicate request id: the current image, which includes its effect).
+
+        Raises ``NotControllerError`` if this node is not the ready leader,
+        ``ProposalTimeoutError`` if the commit was not seen within ``timeout_s`` (outcome
+        unknown: retry with the same ``request_id``), ``QuorumClosedError`` after ``close``.
+        """
+        if self._closed:
+            raise QuorumClosedError("the metadata quorum is closed")
+        if not request_id or len(request_id) > MAX_REQUEST_ID_LENGTH:
+            raise ValueError(f"request id must have 1 to {MAX_REQUEST_ID_LENGTH} characters")
+        if request_id.startswith(_BARRIER_PREFIX):
+            raise ValueError(f"request ids starting with {_BARRIER_PREFIX!r} are reserved")
+        if len(records) > MAX_RECORDS_PER_PROPOSAL:
+            raise ValueError(f"more than {MAX_RECORDS_PER_PROPOSAL} records in one proposal")
+        if not self.is_leader:
+            raise NotControllerError(self._other_leader())
+        if request_id in self._machine.applied:
+            return self._latest_image()
+        future = self._pending.get(request_id)
+        if future is None:
+            if len(self._pending) >= MAX_PENDING_PROPOSALS:
+                raise QuorumError(f"more than {MAX_PENDING_PROPOSALS} proposals in flight")
+            dicts = [record_to_dict(record) for record in records]
+            future = self._loop.create_future()
+            self._pending[request_id] = future
+
+            def on_result(result: Any, error: int) -> None:  # pysyncobj thread
+                self._to_loop(self._on_command_result, request_id, result, error)
+
+            self._machine.apply_records(dicts, request_id, callback=on_result)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            if request_id in self._machine.applied:
+                return self._latest_image()
+            raise ProposalTimeoutError(
+                f"request {request_id} was not committed within {timeout_s} s"
+            ) from None
+        finally:
+            # Later retries find the outcome in the state machine's applied request ids.
+            if self._pending.get(request_id) is future:
+                del self._pending[request_id]
+
+    def _other_leader(self) -> str | None:
+        address = self.leader_address
+        return None if address == self.self_address else address
+
+    def status(self) -> dict[str, Any]:
+        closed = self._closed
+        return {
+            "node_id": self.node_id,
+            "self_address": self.self_address,
+            "peers": list(self.peer_addresses),
+            "is_leader": self.is_leader,
+            "leader_address": self.leader_address,
+            "raft_term": None if closed else self._sync.raftCurrentTerm,
+            "raft_commit_index": None if closed else self._sync.raftCommitIndex,
+            "raft_last_applied": None if closed else self._sync.raftLastApplied,
+            "version": self._image.version,
+            "closed": closed,
+        }
+
+    async def close(self) -> None:
+        """Stop pysyncobj's thread, release the Raft port and fail pending proposals."""
+        if self._closed:
+            return
+        self._closed = True
+        self._leader_ready = False
+        await asyncio.to_thread(self._sync.destroy_synchronous)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(QuorumClosedError("the metadata quorum was closed"))
+                # Nobody may be awaiting it any more; do not warn about an unretrieved error.
+                future.exception()
+        self._pending.clear()
+
+
+# -- recovery of unreadable files ---------------------------------------------------------
+
+
+def _check_journal(path: Path) -> None:
+    """Raise if pysyncobj could not load the journal at ``path``."""
+    journal = FileJournal(str(path))
+    try:
+        previous_index = None
+        for i in range(len(journal)):
+            command, index, _term = journal[i]
+            if previous_index is not None and index != previous_index + 1:
+                raise ValueError(f"journal index {index} follows {previous_index}")
+            previous_index = index
+            if not command:
+                raise ValueError(f"empty journal entry at index {index}")
+            if command[0] == _COMMAND_TYPE.REGULAR:
+                raft_pickle.loads(command[1:])
+    finally:
+        journal._destroy()
+
+
+def _check_dump(path: Path) -> None:
+    """Raise if pysyncobj could not load the snapshot at ``path``."""
+    with open(path, "rb") as file, gzip.GzipFile(fileobj=file) as unzipped:
+        data = raft_pickle.load(unzipped)
+    if not isinstance(data, tuple) or len(data) != 4:
+        raise ValueError("the snapshot is not a pysyncobj full dump")
+
+
+def _set_aside_unreadable_files(journal_file: Path, dump_file: Path) -> None:
+    """Move journal, journal meta and snapshot aside if either file cannot be loaded."""
+    reasons = []
+    for path, check in ((journal_file, _check_journal), (dump_file, _check_dump)):
+        if path.exists():
+            try:
+                check(path)
+            except Exception as error:  # any failure means: pysyncobj cannot load it
+                reasons.append(f"{path.name}: {type(error).__name__}: {error}")
+    if not reasons:
+        return
+    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
+    meta_file = journal_file.with_name(journal_file.name + ".meta")
+    term_and_vote = _read_term_and_vote(meta_file)
+    moved = []
+    for path in (journal_file, dump_file, meta_file):
+        if path.exists():
+            target = path.with_name(f"{path.name}.corrupt-{stamp}")
+            os.replace(path, target)
+            moved.append(f"{path} -> {target.name}")
+    if term_and_vote:
+        # Keep the Raft term and vote (they must survive restarts) but not the commit index,
+        # which would point past the now empty journal.
+        with open(meta_file, "wb") as file:
+            file.write(raft_pickle.dumps(term_and_vote))
+    _log.error(
+        "cannot load the Raft state (%s); moved aside: %s. Starting as an empty member that "
+        "resyncs from its peers.",
+        "; ".join(reasons),
+        ", ".join(moved),
+    )
+
+
+def _read_term_and_vote(meta_file: Path) -> dict[str, Any]:
+    try:
+        meta = raft_pickle.loads(meta_file.read_bytes())
+    except Exception:  # an unreadable meta file is simply not kept
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    return {k: meta[k] for k in ("currentTerm", "votedForNodeId") if k in meta}

@@ -1,0 +1,305 @@
+"""Metadata records: the only way cluster metadata changes (Kafka KRaft's metadata records).
+
+Every record is a frozen, slotted dataclass. ``MetadataImage.replay`` (``image.py``) is the one
+place that applies them. Records cross Raft and HTTP as JSON-able dicts made by
+``record_to_dict`` and read back, strictly validated, by ``record_from_dict``.
+
+Wire form: ``{"type": "<class name>", "v": RECORD_FORMAT_VERSION, <field>: <value>, ...}`` where
+tuples become lists, ``PartitionSpec`` becomes a dict and config pairs become ``[key, value]``
+lists. A reader accepts any ``v`` up to its own and rejects anything else it cannot type-check.
+
+Pure; thread-safe (records are immutable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from flux.controller.errors import InvalidRecordError
+
+__all__ = [
+    "RECORD_FORMAT_VERSION",
+    "RECORD_TYPES",
+    "ConfigChange",
+    "CreatePartitions",
+    "CreateTopic",
+    "DeleteTopic",
+    "FenceBroker",
+    "PartitionChange",
+    "PartitionSpec",
+    "Record",
+    "RegisterBroker",
+    "UnfenceBroker",
+    "record_from_dict",
+    "record_to_dict",
+]
+
+RECORD_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker:
+    """A broker process (re)registers; it starts fenced. Replaces any registration of the id."""
+
+    broker_id: int
+    incarnation_id: str
+    kafka_host: str
+    kafka_port: int
+    http_host: str
+    http_port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FenceBroker:
+    """Fence the registration ``(broker_id, incarnation_id)``; ignored for another incarnation."""
+
+    broker_id: int
+    incarnation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceBroker:
+    """Unfence the registration ``(broker_id, incarnation_id)``; ignored for another one."""
+
+    broker_id: int
+    incarnation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSpec:
+    """The initial state of a new partition (its epochs start at 0)."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionSpec, ...]
+    config: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitions:
+    """Partitions appended after the existing ones of ``topic_id``."""
+
+    topic_id: str
+    partitions: tuple[PartitionSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    """The complete new leader/ISR state of one partition.
+
+    Applies only when ``partition_epoch`` is exactly one more than the current one, so two
+    changes computed from the same image cannot both apply.
+    """
+
+    topic_id: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """Set (or, with ``value=None``, delete) one config override of a topic or broker.
+
+    ``resource_type`` is ``"topic"`` (``resource_name`` is the topic name) or ``"broker"``
+    (``resource_name`` is the broker id as a string, ``""`` for the cluster-wide default).
+    """
+
+    resource_type: str
+    resource_name: str
+    key: str
+    value: str | None
+
+
+Record = (
+    RegisterBroker
+    | FenceBroker
+    | UnfenceBroker
+    | CreateTopic
+    | CreatePartitions
+    | DeleteTopic
+    | PartitionChange
+    | ConfigChange
+)
+
+RECORD_TYPES: dict[str, type[Any]] = {
+    cls.__name__: cls
+    for cls in (
+        RegisterBroker,
+        FenceBroker,
+        UnfenceBroker,
+        CreateTopic,
+        CreatePartitions,
+        DeleteTopic,
+        PartitionChange,
+        ConfigChange,
+    )
+}
+
+# Bounds on what a record may carry, checked when reading one.
+MAX_STRING_LENGTH = 4096
+MAX_LIST_LENGTH = 100_000
+
+
+# -- encoding -----------------------------------------------------------------------------
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, PartitionSpec):
+        return {"replicas": list(value.replicas), "isr": list(value.isr), "leader": value.leader}
+    if isinstance(value, tuple):
+        return [_encode(item) for item in value]
+    return value
+
+
+def record_to_dict(record: Record) -> dict[str, Any]:
+    """The JSON-able form of ``record`` (see the module docstring)."""
+    if type(record).__name__ not in RECORD_TYPES:
+        raise TypeError(f"not a metadata record: {record!r}")
+    data: dict[str, Any] = {"type": type(record).__name__, "v": RECORD_FORMAT_VERSION}
+    for field in fields(record):
+        data[field.name] = _encode(getattr(record, field.name))
+    return data
+
+
+# -- decoding -----------------------------------------------------------------------------
+
+
+def _int(value: Any, where: str) -> int:
+    if type(value) is not int:
+        raise InvalidRecordError(f"{where}: expected an integer, got {value!r}")
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRecordError(f"{where}: expected a string, got {value!r}")
+    if len(value) > MAX_STRING_LENGTH:
+        raise InvalidRecordError(f"{where}: string longer than {MAX_STRING_LENGTH} characters")
+    return value
+
+
+def _optional_str(value: Any, where: str) -> str | None:
+    return None if value is None else _str(value, where)
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise InvalidRecordError(f"{where}: expected a list, got {value!r}")
+    if len(value) > MAX_LIST_LENGTH:
+        raise InvalidRecordError(f"{where}: list longer than {MAX_LIST_LENGTH} items")
+    return list(value)
+
+
+def _int_tuple(value: Any, where: str) -> tuple[int, ...]:
+    return tuple(_int(item, f"{where}[{i}]") for i, item in enumerate(_list(value, where)))
+
+
+def _partition_spec(value: Any, where: str) -> PartitionSpec:
+    if not isinstance(value, Mapping):
+        raise InvalidRecordError(f"{where}: expected an object, got {value!r}")
+    extra = set(value) - {"replicas", "isr", "leader"}
+    if extra:
+        raise InvalidRecordError(f"{where}: unexpected fields {sorted(map(str, extra))}")
+    try:
+        return PartitionSpec(
+            replicas=_int_tuple(value["replicas"], f"{where}.replicas"),
+            isr=_int_tuple(value["isr"], f"{where}.isr"),
+            leader=_int(value["leader"], f"{where}.leader"),
+        )
+    except KeyError as missing:
+        raise InvalidRecordError(f"{where}: missing field {missing}") from None
+
+
+def _specs(value: Any, where: str) -> tuple[PartitionSpec, ...]:
+    return tuple(
+        _partition_spec(item, f"{where}[{i}]") for i, item in enumerate(_list(value, where))
+    )
+
+
+def _pairs(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for i, item in enumerate(_list(value, where)):
+        pair = _list(item, f"{where}[{i}]")
+        if len(pair) != 2:
+            raise InvalidRecordError(f"{where}[{i}]: expected a [key, value] pair, got {item!r}")
+        pairs.append((_str(pair[0], f"{where}[{i}][0]"), _str(pair[1], f"{where}[{i}][1]")))
+    return tuple(pairs)
+
+
+_Parser = Callable[[Any, str], Any]
+
+_SCHEMAS: dict[str, dict[str, _Parser]] = {
+    "RegisterBroker": {
+        "broker_id": _int,
+        "incarnation_id": _str,
+        "kafka_host": _str,
+        "kafka_port": _int,
+        "http_host": _str,
+        "http_port": _int,
+        "rack": _optional_str,
+    },
+    "FenceBroker": {"broker_id": _int, "incarnation_id": _str},
+    "UnfenceBroker": {"broker_id": _int, "incarnation_id": _str},
+    "CreateTopic": {"name": _str, "topic_id": _str, "partitions": _specs, "config": _pairs},
+    "CreatePartitions": {"topic_id": _str, "partitions": _specs},
+    "DeleteTopic": {"topic_id": _str},
+    "PartitionChange": {
+        "topic_id": _str,
+        "partition": _int,
+        "leader": _int,
+        "leader_epoch": _int,
+        "isr": _int_tuple,
+        "partition_epoch": _int,
+    },
+    "ConfigChange": {
+        "resource_type": _str,
+        "resource_name": _str,
+        "key": _str,
+        "value": _optional_str,
+    },
+}
+
+_OPTIONAL_FIELDS = {("RegisterBroker", "rack")}
+
+
+def record_from_dict(data: Mapping[str, Any]) -> Record:
+    """Read a record written by ``record_to_dict``; raise ``InvalidRecordError`` if malformed."""
+    if not isinstance(data, Mapping):
+        raise InvalidRecordError(f"a record must be an object, got {type(data).__name__}")
+    type_name = data.get("type")
+    if not isinstance(type_name, str) or type_name not in _SCHEMAS:
+        raise InvalidRecordError(f"unknown record type {type_name!r}")
+    version = data.get("v", RECORD_FORMAT_VERSION)
+    if type(version) is not int or not 1 <= version <= RECORD_FORMAT_VERSION:
+        raise InvalidRecordError(f"{type_name}: unsupported record format version {version!r}")
+    schema = _SCHEMAS[type_name]
+    extra = set(data) - set(schema) - {"type", "v"}
+    if extra:
+        raise InvalidRecordError(f"{type_name}: unexpected fields {sorted(map(str, extra))}")
+    values: dict[str, Any] = {}
+    for name, parse in schema.items():
+        if name not in data:
+            if (type_name, name) in _OPTIONAL_FIELDS:
+                continue
+            raise InvalidRecordError(f"{type_name}: missing field {name!r}")
+        values[name] = parse(data[name], f"{type_name}.{name}")
+    record: Record = RECORD_TYPES[type_name](**values)
+    return record

@@ -1,0 +1,533 @@
+"""The controller process role: the Raft quorum plus its HTTP API, broker sessions, fencing
+and preferred-leader restoration.
+
+Every node with the controller role runs one ``ControllerService``. Any controller serves
+committed metadata (``GET /controller/metadata`` long-polls for a version newer than the
+caller's); writes are computed by the pure handlers of ``flux.controller.handlers`` and
+proposed through Raft by the *active* controller (the Raft leader) only. A write sent to
+another controller is answered with HTTP 421 and a leader hint (``leader_id``,
+``leader_http``), never forwarded.
+
+One owner: all writes of the active controller go through ``_write``, which holds one
+``asyncio.Lock`` from computing records on the current image to their commit, so each
+decision is made on the image the previous decision produced.
+
+HTTP API (JSON bodies; every answer carries ``error_code`` and ``error_message``):
+
+==========================================  ==================================================
+``POST /controller/brokers/register``       register a broker incarnation (starts fenced)
+``POST /controller/brokers/heartbeat``      keep the session; unfences a caught-up broker
+``GET  /controller/metadata``               ``?version=N&wait_ms=M``: the image once newer than N
+``POST /controller/topics``                 create a topic (placement done here)
+``DELETE /controller/topics/{name}``        delete a topic
+``POST /controller/topics/{name}/partitions``  grow a topic to ``count`` partitions
+``POST /controller/partitions/alter``       AlterPartition: the leader proposes a new ISR
+``POST /controller/elect-leaders``          manual preferred (or unclean) leader election
+``POST /controller/configs``                set or delete topic / broker config overrides
+``GET  /controller/status``                 this controller's Raft view
+==========================================  ==================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from flux.protocol.errors import ErrorCode
+
+from . import handlers
+from .handlers import ControllerResult
+from .image import MetadataImage
+from .quorum import MetadataQuorum, NotControllerError, ProposalTimeoutError
+
+__all__ = ["ControllerService", "ControllerSettings", "VoterAddress"]
+
+log = logging.getLogger("flux.controller.service")
+
+MAX_METADATA_WAIT_MS = 30_000
+SESSION_CHECK_INTERVAL_S = 0.1
+PROPOSAL_TIMEOUT_S = 5.0
+MAX_REQUEST_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class VoterAddress:
+    node_id: int
+    raft_address: str
+    http_address: str
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    node_id: int
+    host: str
+    http_port: int
+    voters: tuple[VoterAddress, ...]
+    data_dir: Path
+    secret: str
+    session_timeout_ms: int = 3000
+    preferred_leader_election_delay_ms: int = 5000
+    default_partitions: int = 1
+    default_replication_factor: int = 1
+
+    @property
+    def self_voter(self) -> VoterAddress:
+        return next(voter for voter in self.voters if voter.node_id == self.node_id)
+
+
+@dataclass
+class _Session:
+    incarnation_id: str
+    deadline: float  # time.monotonic() after which the broker is fenced
+    caught_up_version: int  # the broker is unfenced once its metadata reaches this version
+
+
+class _BadRequest(Exception):
+    """A request body that is not what the endpoint takes (HTTP 400)."""
+
+
+class _NotController(Exception):
+    pass
+
+
+class ControllerService:
+    """The controller role of a node. Start with ``await start()``, stop with ``await stop()``."""
+
+    def __init__(self, settings: ControllerSettings, *, rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self._rng = rng or random.Random()
+        self._quorum: MetadataQuorum | None = None
+        self._runner: web.AppRunner | None = None
+        self._write_lock = asyncio.Lock()
+        self._image_changed = asyncio.Event()
+        self._sessions: dict[int, _Session] = {}
+        self._electable_since: dict[tuple[str, int], float] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.http_port = settings.http_port
+        self._stopping = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        settings = self.settings
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self._quorum = MetadataQuorum(
+            node_id=settings.node_id,
+            self_address=settings.self_voter.raft_address,
+            peer_addresses=[v.raft_address for v in settings.voters if v.node_id != settings.node_id],
+            data_dir=settings.data_dir,
+            secret=settings.secret,
+            loop=asyncio.get_running_loop(),
+            on_image=self._on_image,
+            on_leadership=self._on_leadership,
+        )
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.add_routes(
+            [
+                web.post("/controller/brokers/register", self._json(self._register)),
+                web.post("/controller/brokers/heartbeat", self._json(self._heartbeat)),
+                web.get("/controller/metadata", self._metadata),
+                web.post("/controller/topics", self._json(self._create_topic)),
+                web.delete("/controller/topics/{name}", self._json(self._delete_topic)),
+                web.post("/controller/topics/{name}/partitions", self._json(self._create_partitions)),
+                web.post("/controller/partitions/alter", self._json(self._alter_partition)),
+                web.post("/controller/elect-leaders", self._json(self._elect_leaders)),
+                web.post("/controller/configs", self._json(self._alter_configs)),
+                web.get("/controller/status", self._status),
+            ]
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, settings.host, settings.http_port, reuse_address=True)
+        await site.start()
+        self._tasks = [
+            asyncio.create_task(self._check_sessions_forever()),
+            asyncio.create_task(self._restore_preferred_leaders_forever()),
+        ]
+        log.info(
+            "controller %d: Raft on %s, HTTP on %s:%d",
+            settings.node_id,
+            settings.self_voter.raft_address,
+            settings.host,
+            settings.http_port,
+        )
+
+    async def stop(self) -> None:
+        # Release metadata long-polls at once, so the HTTP server can close without waiting.
+        self._stopping = True
+        self._image_changed.set()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._quorum is not None:
+            await self._quorum.close()
+
+    @property
+    def quorum(self) -> MetadataQuorum:
+        assert self._quorum is not None
+        return self._quorum
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.quorum.image
+
+    @property
+    def is_active(self) -> bool:
+        return self._quorum is not None and self._quorum.is_leader
+
+    def leader_id(self) -> int | None:
+        address = self.quorum.leader_address
+        for voter in self.settings.voters:
+            if voter.raft_address == address:
+                return voter.node_id
+        return None
+
+    # -- boundary callbacks (called on the event loop by MetadataQuorum) -----------------------
+
+    def _on_image(self, image: MetadataImage) -> None:
+        self._image_changed.set()
+        self._image_changed = asyncio.Event()
+
+    def _on_leadership(self, is_leader: bool) -> None:
+        # Sessions live only in the active controller's memory: a new leader grants every
+        # broker a full session timeout before it may fence anyone.
+        self._sessions.clear()
+        self._electable_since.clear()
+        log.info("controller %d is %s", self.settings.node_id, "active" if is_leader else "standby")
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def _write(
+        self, compute: Callable[[MetadataImage], ControllerResult], *, request_id: str | None = None
+    ) -> tuple[ControllerResult, MetadataImage]:
+        if not self.is_active:
+            raise _NotController()
+        async with self._write_lock:
+            result = compute(self.quorum.image)
+            if not result.records:
+                return result, self.quorum.image
+            image = await self.quorum.propose(
+                result.records,
+                request_id=request_id or uuid.uuid4().hex,
+                timeout_s=PROPOSAL_TIMEOUT_S,
+            )
+            return result, image
+
+    def _json(
+        self, handler: Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def endpoint(request: web.Request) -> web.Response:
+            try:
+                body = await request.json() if request.can_read_body else {}
+                if not isinstance(body, dict):
+                    raise _BadRequest("the body must be a JSON object")
+                answer = await handler(request, body)
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                return _error(400, ErrorCode.INVALID_REQUEST, f"invalid JSON: {error}")
+            except _BadRequest as error:
+                return _error(400, ErrorCode.INVALID_REQUEST, str(error))
+            except (_NotController, NotControllerError):
+                return self._not_controller()
+            except ProposalTimeoutError as error:
+                return _error(503, ErrorCode.REQUEST_TIMED_OUT, f"not committed in time: {error}")
+            return web.json_response(answer)
+
+        return endpoint
+
+    def _not_controller(self) -> web.Response:
+        leader_id = self.leader_id()
+        leader_http = next(
+            (v.http_address for v in self.settings.voters if v.node_id == leader_id), None
+        )
+        return web.json_response(
+            {
+                "error_code": int(ErrorCode.NOT_CONTROLLER),
+                "error_message": f"controller {self.settings.node_id} is not the active controller",
+                "leader_id": leader_id,
+                "leader_http": leader_http,
+            },
+            status=421,
+        )
+
+    # -- brokers ------------------------------------------------------------------------------
+
+    async def _register(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        broker_id = _int_field(body, "broker_id")
+        incarnation_id = _str_field(body, "incarnation_id")
+        result, image = await self._write(
+            lambda image: handlers.register_broker(
+                image,
+                broker_id=broker_id,
+                incarnation_id=incarnation_id,
+                kafka_host=_str_field(body, "kafka_host"),
+                kafka_port=_int_field(body, "kafka_port"),
+                http_host=_str_field(body, "http_host"),
+                http_port=_int_field(body, "http_port"),
+                rack=body.get("rack") or None,
+            )
+        )
+        if result.response.get("error_code", 0) == 0:
+            self._sessions[broker_id] = _Session(incarnation_id, self._deadline(), image.version)
+            log.info("broker %d registered (incarnation %s)", broker_id, incarnation_id)
+        return {**result.response, "version": image.version}
+
+    async def _heartbeat(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        broker_id = _int_field(body, "broker_id")
+        incarnation_id = _str_field(body, "incarnation_id")
+        metadata_version = _int_field(body, "metadata_version")
+        if not self.is_active:
+            raise _NotController()
+        session = self._sessions.get(broker_id)
+        if session is None or session.incarnation_id != incarnation_id:
+            registration = self.image.brokers.get(broker_id)
+            if registration is not None and registration.incarnation_id == incarnation_id:
+                session = _Session(incarnation_id, self._deadline(), self.image.version)
+                self._sessions[broker_id] = session
+        caught_up = session is not None and metadata_version >= session.caught_up_version
+        result, image = await self._write(
+            lambda image: handlers.broker_heartbeat(
+                image, broker_id=broker_id, incarnation_id=incarnation_id, want_fence=not caught_up
+            )
+        )
+        if result.response.get("error_code", 0) == 0 and session is not None:
+            session.deadline = self._deadline()
+        return {**result.response, "version": image.version}
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.settings.session_timeout_ms / 1000
+
+    async def _check_sessions_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SESSION_CHECK_INTERVAL_S)
+            if not self.is_active:
+                continue
+            try:
+                await self._fence_expired_brokers()
+            except (NotControllerError, _NotController, ProposalTimeoutError) as error:
+                log.warning("fencing check did not complete: %r", error)
+            except Exception:
+                log.exception("fencing check failed")
+
+    async def _fence_expired_brokers(self) -> None:
+        now = time.monotonic()
+        for broker_id in self.image.live_broker_ids():
+            registration = self.image.brokers[broker_id]
+            session = self._sessions.get(broker_id)
+            if session is None or session.incarnation_id != registration.incarnation_id:
+                self._sessions[broker_id] = _Session(
+                    registration.incarnation_id, self._deadline(), self.image.version
+                )
+                continue
+            if now < session.deadline:
+                continue
+            log.warning(
+                "broker %d missed heartbeats for %d ms: fencing it",
+                broker_id,
+                self.settings.session_timeout_ms,
+            )
+            await self._write(
+                lambda image, broker_id=broker_id: ControllerResult(
+                    records=handlers.fence_broker(image, broker_id),
+                    response={"error_code": 0, "error_message": None},
+                )
+            )
+
+    async def _restore_preferred_leaders_forever(self) -> None:
+        delay_s = self.settings.preferred_leader_election_delay_ms / 1000
+        while True:
+            await asyncio.sleep(min(max(delay_s / 4, 0.05), 1.0))
+            if not self.is_active:
+                continue
+            try:
+                await self._restore_preferred_leaders(delay_s)
+            except (NotControllerError, _NotController, ProposalTimeoutError) as error:
+                log.warning("preferred leader election did not complete: %r", error)
+            except Exception:
+                log.exception("preferred leader election failed")
+
+    async def _restore_preferred_leaders(self, delay_s: float) -> None:
+        now = time.monotonic()
+        electable = set(handlers.preferred_leader_imbalance(self.image))
+        self._electable_since = {
+            key: self._electable_since.get(key, now) for key in electable
+        }
+        due = [key for key, since in self._electable_since.items() if now - since >= delay_s]
+        if not due:
+            return
+        result, _ = await self._write(
+            lambda image: handlers.elect_leaders(image, partitions=due, election_type="preferred")
+        )
+        if result.records:
+            log.info("restored preferred leaders of %d partitions", len(result.records))
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    async def _metadata(self, request: web.Request) -> web.Response:
+        try:
+            version = int(request.query.get("version", "-1"))
+            wait_ms = min(int(request.query.get("wait_ms", "0")), MAX_METADATA_WAIT_MS)
+        except ValueError:
+            return _error(400, ErrorCode.INVALID_REQUEST, "version and wait_ms must be integers")
+        deadline = time.monotonic() + max(wait_ms, 0) / 1000
+        while self.image.version <= version and not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._image_changed.wait(), remaining)
+            except TimeoutError:
+                break
+        image = self.image
+        return web.json_response(
+            {
+                "error_code": 0,
+                "error_message": None,
+                "version": image.version,
+                "controller_id": self.leader_id(),
+                "image": image.to_dict(),
+            }
+        )
+
+    async def _status(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "node_id": self.settings.node_id,
+                "active": self.is_active,
+                "leader_id": self.leader_id(),
+                "version": self.image.version,
+                "raft": self.quorum.status(),
+            }
+        )
+
+    # -- topics, partitions, configs ----------------------------------------------------------
+
+    async def _create_topic(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        name = _str_field(body, "name")
+        assignments = body.get("assignments") or None
+        if assignments is not None:
+            if not isinstance(assignments, dict):
+                raise _BadRequest("assignments must map partition numbers to broker id lists")
+            try:
+                assignments = {int(k): [int(b) for b in v] for k, v in assignments.items()}
+            except (TypeError, ValueError):
+                raise _BadRequest("assignments must map partition numbers to broker id lists") from None
+        configs = body.get("configs") or {}
+        if not isinstance(configs, dict) or not all(isinstance(v, str) for v in configs.values()):
+            raise _BadRequest("configs must map config names to string values")
+        topic_id = str(uuid.uuid4())
+        result, image = await self._write(
+            lambda image: handlers.create_topic(
+                image,
+                name=name,
+                num_partitions=int(body.get("num_partitions", -1)),
+                replication_factor=int(body.get("replication_factor", -1)),
+                assignments=assignments,
+                configs=configs,
+                topic_id=topic_id,
+                default_partitions=self.settings.default_partitions,
+                default_replication_factor=self.settings.default_replication_factor,
+                rng=self._rng,
+                validate_only=bool(body.get("validate_only", False)),
+            )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _delete_topic(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        name = request.match_info["name"]
+        result, image = await self._write(lambda image: handlers.delete_topic(image, name=name))
+        return {**result.response, "version": image.version}
+
+    async def _create_partitions(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        name = request.match_info["name"]
+        count = _int_field(body, "count")
+        result, image = await self._write(
+            lambda image: handlers.create_partitions(
+                image,
+                name=name,
+                count=count,
+                assignments=body.get("assignments") or None,
+                rng=self._rng,
+                validate_only=bool(body.get("validate_only", False)),
+            )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _alter_partition(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        isr = body.get("isr")
+        if not isinstance(isr, list):
+            raise _BadRequest("isr must be a list of broker ids")
+        result, image = await self._write(
+            lambda image: handlers.alter_partition(
+                image,
+                broker_id=_int_field(body, "broker_id"),
+                incarnation_id=_str_field(body, "incarnation_id"),
+                topic_id=_str_field(body, "topic_id"),
+                partition=_int_field(body, "partition"),
+                leader_epoch=_int_field(body, "leader_epoch"),
+                partition_epoch=_int_field(body, "partition_epoch"),
+                isr=[int(member) for member in isr],
+            )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _elect_leaders(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        raw = body.get("partitions")
+        partitions = None
+        if raw is not None:
+            try:
+                partitions = [(str(topic), int(index)) for topic, index in raw]
+            except (TypeError, ValueError):
+                raise _BadRequest("partitions must be a list of [topic, partition] pairs") from None
+        election_type = body.get("type", "preferred")
+        if election_type not in ("preferred", "unclean"):
+            raise _BadRequest("type must be 'preferred' or 'unclean'")
+        result, image = await self._write(
+            lambda image: handlers.elect_leaders(
+                image, partitions=partitions, election_type=election_type
+            )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _alter_configs(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        changes = body.get("changes")
+        if not isinstance(changes, dict):
+            raise _BadRequest("changes must map config names to values (null deletes)")
+        result, image = await self._write(
+            lambda image: handlers.alter_configs(
+                image,
+                resource_type=_str_field(body, "resource_type"),
+                resource_name=_str_field(body, "resource_name"),
+                changes=changes,
+                validate_only=bool(body.get("validate_only", False)),
+            )
+        )
+        return {**result.response, "version": image.version}
+
+
+def _int_field(body: dict[str, Any], key: str) -> int:
+    value = body.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadRequest(f"field {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _str_field(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str):
+        raise _BadRequest(f"field {key!r} must be a string, got {value!r}")
+    return value
+
+
+def _error(status: int, code: ErrorCode, message: str) -> web.Response:
+    return web.json_response({"error_code": int(code), "error_message": message}, status=status)
