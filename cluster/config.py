@@ -289,6 +289,7 @@ def parse_config(raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = 
             except ValueError as error:
                 raise ConfigError(f"{section}.{key}: {error}") from None
     _check_roles(values)
+    _check_election_timeouts(values["controller"])
     return NodeConfig(values)
 
 
@@ -326,6 +327,13 @@ def _check_roles(values: dict[str, dict[str, Any]]) -> None:
             )
     elif not voters:
         raise ConfigError("controller.voters: a broker-only node needs the controller voters")
+
+
+def _check_election_timeouts(controller: dict[str, Any]) -> None:
+    if controller["election_timeout_min_ms"] >= controller["election_timeout_max_ms"]:
+        raise ConfigError(
+            "controller.election_timeout_min_ms must be below controller.election_timeout_max_ms"
+        )
 
 
 def load_config(

@@ -98,6 +98,10 @@ class Node:
                 preferred_leader_election_delay_ms=controller.preferred_leader_election_delay_ms,
                 default_partitions=config.topic.partitions,
                 default_replication_factor=config.topic.replication_factor,
+                election_timeout_ms=(
+                    controller.election_timeout_min_ms,
+                    controller.election_timeout_max_ms,
+                ),
             )
         )
         await self.controller.start()

@@ -79,6 +79,7 @@ def raft_settings(
     on_state_changed: Callable[[int, int], None],
     log_compaction_min_entries: int,
     single_node: bool = False,
+    election_timeout_s: tuple[float, float] = (0.4, 1.0),
 ) -> SyncObjConf:
     """pysyncobj settings for the metadata quorum (see the notes on pysyncobj for why)."""
     return SyncObjConf(
@@ -92,8 +93,8 @@ def raft_settings(
         # Fail a proposal at once while there is no leader instead of queueing it.
         commandsWaitLeader=False,
         # Election timeouts: a dead leader is replaced in ~1 s (measured in test_quorum).
-        raftMinTimeout=0.4,
-        raftMaxTimeout=1.0,
+        raftMinTimeout=election_timeout_s[0],
+        raftMaxTimeout=election_timeout_s[1],
         connectionTimeout=3.5,
         connectionRetryTime=1.0,
         # A leader cut off from the majority steps down after 2 s, not the default 30 s.
@@ -169,6 +170,7 @@ class MetadataQuorum:
         on_image: Callable[[MetadataImage], None] | None = None,
         on_leadership: Callable[[bool], None] | None = None,
         log_compaction_min_entries: int = 1000,
+        election_timeout_s: tuple[float, float] = (0.4, 1.0),
     ) -> None:
         if not secret:
             raise ValueError("the Raft secret must not be empty: peers exchange pickled messages")
@@ -198,6 +200,7 @@ class MetadataQuorum:
             on_state_changed=self._on_state_changed_in_raft_thread,
             log_compaction_min_entries=log_compaction_min_entries,
             single_node=not self.peer_addresses,
+            election_timeout_s=election_timeout_s,
         )
         self._sync = SyncObj(self_address, list(self.peer_addresses), conf, [self._machine])
 

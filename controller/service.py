@@ -78,6 +78,7 @@ class ControllerSettings:
     preferred_leader_election_delay_ms: int = 5000
     default_partitions: int = 1
     default_replication_factor: int = 1
+    election_timeout_ms: tuple[int, int] = (400, 1000)
 
     @property
     def self_voter(self) -> VoterAddress:
@@ -129,6 +130,10 @@ class ControllerService:
             loop=asyncio.get_running_loop(),
             on_image=self._on_image,
             on_leadership=self._on_leadership,
+            election_timeout_s=(
+                settings.election_timeout_ms[0] / 1000,
+                settings.election_timeout_ms[1] / 1000,
+            ),
         )
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.add_routes(
