@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from flux.cluster.launcher import NodeProcess, local_cluster_configs  # noqa: E402
+
 from tests.integration.cluster_helpers import (  # noqa: E402
     active_controller,
     create_topic,

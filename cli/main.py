@@ -368,5 +368,17 @@ def _terminate(entry: dict[str, Any]) -> None:
         _wait_dead(pid, 10.0)
 
 
+def _register_client_commands() -> None:
+    from flux.cli.client_commands import consume, produce
+    from flux.cli.topic import topic
+
+    main.add_command(topic)
+    main.add_command(produce)
+    main.add_command(consume)
+
+
+_register_client_commands()
+
+
 if __name__ == "__main__":
     sys.exit(main())

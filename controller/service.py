@@ -90,6 +90,7 @@ class _Session:
     incarnation_id: str
     deadline: float  # time.monotonic() after which the broker is fenced
     caught_up_version: int  # the broker is unfenced once its metadata reaches this version
+    heard_from: bool = False  # a heartbeat reached this controller in its current term
 
 
 class _BadRequest(Exception):
@@ -300,13 +301,18 @@ class ControllerService:
                 session = _Session(incarnation_id, self._deadline(), self.image.version)
                 self._sessions[broker_id] = session
         caught_up = session is not None and metadata_version >= session.caught_up_version
+        # A fenced broker stays fenced until its metadata has caught up; an unfenced one is
+        # never fenced by a heartbeat (only by silence), however far its metadata lags.
+        registration = self.image.brokers.get(broker_id)
+        keep_fenced = registration is not None and registration.fenced and not caught_up
         result, image = await self._write(
             lambda image: handlers.broker_heartbeat(
-                image, broker_id=broker_id, incarnation_id=incarnation_id, want_fence=not caught_up
+                image, broker_id=broker_id, incarnation_id=incarnation_id, want_fence=keep_fenced
             )
         )
         if result.response.get("error_code", 0) == 0 and session is not None:
             session.deadline = self._deadline()
+            session.heard_from = True
         return {**result.response, "version": image.version}
 
     def _deadline(self) -> float:
@@ -363,7 +369,17 @@ class ControllerService:
 
     async def _restore_preferred_leaders(self, delay_s: float) -> None:
         now = time.monotonic()
-        electable = set(handlers.preferred_leader_imbalance(self.image))
+        # Only brokers that heartbeated to this controller count: after a failover, a dead
+        # broker stays unfenced until its session expires, and must not be handed leadership.
+        heard = {
+            broker_id for broker_id, session in self._sessions.items() if session.heard_from
+        }
+        image = self.image
+        electable = {
+            (topic, index)
+            for topic, index in handlers.preferred_leader_imbalance(image)
+            if image.topics[topic].partitions[index].preferred_leader in heard
+        }
         self._electable_since = {
             key: self._electable_since.get(key, now) for key in electable
         }

@@ -8,8 +8,8 @@ import uuid
 from collections import Counter
 
 import pytest
-
 from flux.protocol.errors import ErrorCode
+
 from tests.integration.cluster_helpers import (
     active_controller,
     create_topic,
@@ -42,6 +42,7 @@ def test_placement_spreads_replicas_and_leaders(cluster_factory) -> None:
 
 def test_active_controller_failover(cluster_factory) -> None:
     nodes = cluster_factory(3)
+    assert create_topic(nodes[0], "steady", 6, 3)["error_code"] == ErrorCode.NONE
     old = wait_until(lambda: active_controller(nodes))
     old.kill()
     started = time.monotonic()
@@ -54,6 +55,16 @@ def test_active_controller_failover(cluster_factory) -> None:
 
     wait_until(created, timeout_s=20)
     print(f"controller failover to topic creation: {time.monotonic() - started:.2f} s")
+    # The survivors keep (or take over) every partition: a new active controller never fences
+    # live brokers whose metadata lags, nor hands leadership to the dead one.
+    alive = {node.node_id for node in nodes if node is not old}
+
+    def settled() -> bool:
+        parts = partitions(survivor, "steady")
+        return all(p["leader_id"] in alive and alive <= set(p["isr_nodes"]) for p in parts)
+
+    wait_until(settled, timeout_s=20)
+    assert live_brokers(survivor) == sorted(alive)
 
 
 def test_broker_failure_elects_new_leaders_and_producer_resumes(cluster_factory) -> None:

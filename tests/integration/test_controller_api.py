@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from flux.cluster.launcher import NodeProcess, write_node_config
 from flux.protocol.errors import ErrorCode
+
 from tests.integration.cluster_helpers import active_controller, live_brokers, metadata, partitions
 from tests.integration.helpers import wait_until
 

@@ -10,7 +10,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from flux.protocol.api import ApiKey
 from flux.sdk.wire import KafkaConnection
 

@@ -1,0 +1,54 @@
+"""Where fluxctl's client commands find the cluster when ``--bootstrap`` is not given."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["DEFAULT_BOOTSTRAP", "LOCAL_CLUSTER_STATE", "default_bootstrap"]
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+#: The state file ``fluxctl cluster up`` writes, relative to the working directory.
+LOCAL_CLUSTER_STATE = Path(".flux/cluster/cluster.json")
+
+
+def default_bootstrap(state_path: Path | str | None = None) -> str:
+    """The bootstrap servers of the local cluster ``fluxctl cluster up`` started, else
+    ``127.0.0.1:9092``.
+
+    Reads ``state_path`` (default ``.flux/cluster/cluster.json``): its top-level
+    ``bootstrap_servers`` if present, else each node's Kafka address (``"kafka"``, or
+    ``"bootstrap"`` in the older format) joined with commas. Nodes recorded without a pid
+    (stopped by ``cluster down``) are skipped.
+    """
+    path = Path(state_path) if state_path is not None else LOCAL_CLUSTER_STATE
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return DEFAULT_BOOTSTRAP
+    if not isinstance(state, dict):
+        return DEFAULT_BOOTSTRAP
+    servers = state.get("bootstrap_servers")
+    if isinstance(servers, str) and servers:
+        return servers
+    addresses = []
+    for node in state.get("nodes") or []:
+        if not isinstance(node, dict) or ("pid" in node and not _alive(node["pid"])):
+            continue
+        address = node.get("kafka") or node.get("bootstrap")
+        if isinstance(address, str) and address:
+            addresses.append(address)
+    return ",".join(addresses) or DEFAULT_BOOTSTRAP
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

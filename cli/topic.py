@@ -1,0 +1,195 @@
+"""``fluxctl topic``: create, list, describe, delete and grow topics.
+
+fluxctl topic create orders --partitions 3 --replication-factor 1 --config retention.ms=3600000
+fluxctl topic list [--internal] [--json]
+fluxctl topic describe orders [--json]
+fluxctl topic add-partitions orders --total 6
+fluxctl topic delete orders
+
+Every command takes ``--bootstrap`` (env ``FLUX_BOOTSTRAP``; default: the local cluster of
+``fluxctl cluster up``) and ``--timeout``. Broker errors print ``Error: <message>`` and exit 1.
+
+JSON shapes (stable keys): ``list`` -> ``{"topics": [name, ...]}``; ``describe`` and
+``create`` -> ``{"name", "topic_id", "internal", "partitions": [{"partition", "leader",
+"leader_epoch", "replicas", "isr", "offline_replicas"}], "configs": {key: value}}`` where
+``configs`` holds the values set on the topic (not the defaults).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import click
+from flux.sdk.admin import Admin, TopicDescription
+
+from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
+
+__all__ = ["topic"]
+
+
+@click.group()
+def topic() -> None:
+    """Create, list, describe and delete topics."""
+
+
+def _admin(bootstrap: str | None, timeout_s: float) -> Admin:
+    return Admin(resolve_bootstrap(bootstrap), client_id="fluxctl", timeout_s=timeout_s)
+
+
+def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
+    configs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--config expects KEY=VALUE, got {pair!r}")
+        configs[key.strip()] = value
+    return configs
+
+
+def _topic_json(description: TopicDescription, configs: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": description.name,
+        "topic_id": str(description.topic_id),
+        "internal": description.internal,
+        "partitions": [asdict(partition) for partition in description.partitions],
+        "configs": configs,
+    }
+
+
+def _overrides(admin: Admin, name: str) -> dict[str, str]:
+    return {
+        key: entry.value or ""
+        for key, entry in admin.describe_configs(name).items()
+        if not entry.is_default
+    }
+
+
+def _emit_json(data: Any) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option(
+    "--partitions", "-p", type=int, default=-1, help="partition count [default: the broker's]"
+)
+@click.option(
+    "--replication-factor",
+    "-r",
+    type=int,
+    default=-1,
+    help="replicas per partition [default: the broker's]",
+)
+@click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE")
+@click.option("--validate-only", is_flag=True, help="check the request without creating")
+@client_options
+@json_option
+def create(
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: tuple[str, ...],
+    validate_only: bool,
+    bootstrap: str | None,
+    timeout_s: float,
+    as_json: bool,
+) -> None:
+    """Create topic NAME."""
+    config_map = _parse_configs(configs)
+    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+        description = admin.create_topic(
+            name,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            configs=config_map,
+            validate_only=validate_only,
+        )
+    if as_json:
+        _emit_json(_topic_json(description, config_map))
+        return
+    verb = "Validated" if validate_only else "Created"
+    click.echo(f"{verb} topic {name} with {len(description.partitions)} partitions")
+
+
+@topic.command("list")
+@click.option("--internal", is_flag=True, help="include internal topics")
+@client_options
+@json_option
+def list_(internal: bool, bootstrap: str | None, timeout_s: float, as_json: bool) -> None:
+    """List topic names."""
+    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+        names = admin.list_topics(include_internal=internal)
+    if as_json:
+        _emit_json({"topics": names})
+        return
+    for name in names:
+        click.echo(name)
+
+
+@topic.command("describe")
+@click.argument("name")
+@client_options
+@json_option
+def describe(name: str, bootstrap: str | None, timeout_s: float, as_json: bool) -> None:
+    """Show NAME's partitions (leader, leader epoch, replicas, ISR, offline) and configs."""
+    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+        description = admin.describe_topic(name)
+        configs = _overrides(admin, name)
+    if as_json:
+        _emit_json(_topic_json(description, configs))
+        return
+    _print_description(description, configs)
+
+
+def _print_description(description: TopicDescription, configs: dict[str, str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def ids(nodes: list[int]) -> str:
+        return ",".join(str(node) for node in nodes) or "-"
+
+    table = Table(
+        title=f"Topic {description.name}",
+        caption=f"id {description.topic_id}" + ("  (internal)" if description.internal else ""),
+    )
+    for column in ("partition", "leader", "leader epoch", "replicas", "isr", "offline"):
+        table.add_column(column, justify="right" if column != "replicas" else "left")
+    for partition in description.partitions:
+        table.add_row(
+            str(partition.partition),
+            str(partition.leader) if partition.leader >= 0 else "none",
+            str(partition.leader_epoch),
+            ids(partition.replicas),
+            ids(partition.isr),
+            ids(partition.offline_replicas),
+        )
+    console = Console()
+    console.print(table)
+    if configs:
+        console.print(
+            "configs: " + ", ".join(f"{key}={value}" for key, value in sorted(configs.items()))
+        )
+
+
+@topic.command("add-partitions")
+@click.argument("name")
+@click.option("--total", required=True, type=int, help="the new partition count")
+@client_options
+def add_partitions(name: str, total: int, bootstrap: str | None, timeout_s: float) -> None:
+    """Grow NAME to --total partitions (existing keys may move to other partitions)."""
+    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+        admin.create_partitions(name, total)
+    click.echo(f"Topic {name} now has {total} partitions")
+
+
+@topic.command("delete")
+@click.argument("name")
+@client_options
+def delete(name: str, bootstrap: str | None, timeout_s: float) -> None:
+    """Delete topic NAME and its data."""
+    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+        admin.delete_topic(name)
+    click.echo(f"Deleted topic {name}")

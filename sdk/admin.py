@@ -1,0 +1,420 @@
+"""``Admin``: topics, configs, partitions, offsets and the cluster description (synchronous).
+
+    with Admin("127.0.0.1:9092") as admin:
+        admin.create_topic("orders", partitions=3, configs={"retention.ms": "3600000"})
+        print(admin.describe_topic("orders").partitions[0].leader)
+
+CreateTopics, DeleteTopics and CreatePartitions go to the controller (Metadata
+``controller_id``), as Kafka's admin client sends them, and are retried on NOT_CONTROLLER.
+Describe calls go to any broker. Every broker error is raised as the typed exception of
+``flux.sdk.errors``, carrying the broker's ``error_message``.
+
+Thread-safety: none; one ``Admin`` per thread.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flux.protocol.api import ApiKey
+from flux.protocol.errors import ErrorCode
+
+from . import limits
+from .cluster_client import LEADER_RETRY_CODES, ClusterClient
+from .errors import ConfigurationError, LeaderNotAvailableError, UnknownTopicError, error_for
+from .metadata import RetryPolicy
+
+__all__ = [
+    "Admin",
+    "BrokerDescription",
+    "ClusterDescription",
+    "ConfigEntry",
+    "PartitionDescription",
+    "TopicDescription",
+    "list_offsets",
+]
+
+_RESOURCE_TOPIC = 2
+_EARLIEST_TIMESTAMP = -2
+_LATEST_TIMESTAMP = -1
+# Kafka's ConfigSource numbers (DescribeConfigs v1+), by name.
+_CONFIG_SOURCES = {
+    -1: "UNKNOWN",
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "CLIENT_METRICS_CONFIG",
+    8: "GROUP_CONFIG",
+}
+_DEFAULT_CONFIG_SOURCE = 5
+# A topic just created may be missing from a broker's metadata, or leaderless, for a moment.
+_NEW_TOPIC_RETRY_CODES = frozenset(
+    {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline_replicas: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: uuid.UUID
+    internal: bool
+    partitions: list[PartitionDescription]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    value: str | None
+    source: str
+    read_only: bool
+    is_default: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerDescription:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[BrokerDescription]
+
+
+class Admin:
+    """Administrative operations on a cluster. ``timeout_s`` bounds each operation's retries."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "flux-admin",
+        timeout_s: float = limits.RETRY_TIMEOUT_S,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ConfigurationError(f"timeout_s must be positive, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self.client = ClusterClient(
+            bootstrap,
+            client_id=client_id,
+            request_timeout_s=min(timeout_s, limits.REQUEST_TIMEOUT_S),
+            retry=RetryPolicy(timeout_s=timeout_s),
+        )
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.client.close()
+
+    @property
+    def _timeout_ms(self) -> int:
+        return int(self.timeout_s * 1000)
+
+    def supports(self, api_key: int) -> bool:
+        """Whether a broker advertises ``api_key`` in ApiVersions."""
+        return api_key in self.client.api_versions()
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> TopicDescription:
+        """Create a topic (-1: the broker's default count / factor) and describe it.
+
+        With ``validate_only`` nothing is created and the description comes from the
+        CreateTopics response (no topic id, no leaders)."""
+        body = {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": partitions,
+                    "replication_factor": replication_factor,
+                    "assignments": [],
+                    "configs": [
+                        {"name": key, "value": value} for key, value in (configs or {}).items()
+                    ],
+                }
+            ],
+            "timeout_ms": self._timeout_ms,
+            "validate_only": validate_only,
+        }
+        result = self.client.call_controller(
+            ApiKey.CREATE_TOPICS, body, lambda response, _: _single(response["topics"], name)
+        )
+        if validate_only:
+            count = result.get("num_partitions", partitions)
+            return TopicDescription(
+                name=name,
+                topic_id=uuid.UUID(int=0),
+                internal=False,
+                partitions=[
+                    PartitionDescription(index, -1, -1, [], [], []) for index in range(count)
+                ],
+            )
+        return self._wait_described(name)
+
+    def _wait_described(self, name: str) -> TopicDescription:
+        """Describe a topic just created: brokers learn of it from the controller, so its
+        metadata may lag for a moment. Retried like any routing error, then raised."""
+
+        def describe(response: dict[str, Any], _: int) -> TopicDescription:
+            description = _describe_from_metadata(response, name)
+            leaderless = [p.partition for p in description.partitions if p.leader < 0]
+            if leaderless:
+                raise LeaderNotAvailableError(
+                    ErrorCode.LEADER_NOT_AVAILABLE,
+                    f"topic {name!r} was created but partitions {leaderless} have no leader yet",
+                )
+            return description
+
+        return self.client.call_any(
+            ApiKey.METADATA,
+            _metadata_body([name]),
+            describe,
+            retry_codes=_NEW_TOPIC_RETRY_CODES,
+        )
+
+    def delete_topic(self, name: str) -> None:
+        body = {"topics": [{"name": name}], "topic_names": [name], "timeout_ms": self._timeout_ms}
+        self.client.call_controller(
+            ApiKey.DELETE_TOPICS, body, lambda response, _: _single(response["responses"], name)
+        )
+        self.client.metadata.forget(name)
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        """Names of every topic, sorted; internal topics (``__consumer_offsets``) only if asked."""
+
+        def names(response: dict[str, Any], _: int) -> list[str]:
+            return sorted(
+                topic["name"]
+                for topic in response["topics"]
+                if topic["error_code"] == ErrorCode.NONE
+                and (include_internal or not topic.get("is_internal", False))
+            )
+
+        return self.client.call_metadata(None, names)
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        """Partitions with leader, leader epoch, replicas, ISR and offline replicas.
+
+        ``UnknownTopicError`` if the topic does not exist (never auto-creates it)."""
+        return self.client.call_metadata(
+            [name], lambda response, _: _describe_from_metadata(response, name)
+        )
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        """Grow ``name`` to ``total`` partitions (CreatePartitions, API key 37)."""
+        body = {
+            "topics": [{"name": name, "count": total, "assignments": None}],
+            "timeout_ms": self._timeout_ms,
+            "validate_only": validate_only,
+        }
+        self.client.call_controller(
+            ApiKey.CREATE_PARTITIONS,
+            body,
+            lambda response, _: _single(response["results"], name),
+        )
+
+    # -- configs and cluster ---------------------------------------------------------------
+
+    def describe_configs(self, topic: str) -> dict[str, ConfigEntry]:
+        """Every configuration key of ``topic`` with its value and where it comes from."""
+        body = {
+            "resources": [
+                {
+                    "resource_type": _RESOURCE_TOPIC,
+                    "resource_name": topic,
+                    "configuration_keys": None,
+                }
+            ],
+            "include_synonyms": False,
+            "include_documentation": False,
+        }
+        return self.client.call_any(ApiKey.DESCRIBE_CONFIGS, body, _read_configs)
+
+    def describe_cluster(self) -> ClusterDescription:
+        body = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+
+        def read(response: dict[str, Any], _: int) -> ClusterDescription:
+            _raise_for(response["error_code"], response.get("error_message"))
+            return ClusterDescription(
+                cluster_id=response["cluster_id"],
+                controller_id=response["controller_id"],
+                brokers=sorted(
+                    (
+                        BrokerDescription(b["broker_id"], b["host"], b["port"], b["rack"])
+                        for b in response["brokers"]
+                    ),
+                    key=lambda broker: broker.node_id,
+                ),
+            )
+
+        return self.client.call_any(ApiKey.DESCRIBE_CLUSTER, body, read)
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def high_watermarks(self, topic: str) -> dict[int, int]:
+        """Partition -> high watermark (the offset the next record will get)."""
+        return list_offsets(self.client, topic, _LATEST_TIMESTAMP)
+
+    def earliest_offsets(self, topic: str) -> dict[int, int]:
+        """Partition -> log start offset."""
+        return list_offsets(self.client, topic, _EARLIEST_TIMESTAMP)
+
+
+# -- shared with the simple consumer ----------------------------------------------------------
+
+
+def list_offsets(client: ClusterClient, topic: str, timestamp: int) -> dict[int, int]:
+    """ListOffsets for every partition of ``topic`` (-1 latest, -2 earliest): one request per
+    partition leader. A routing error re-groups the partitions by fresh leaders and retries."""
+
+    def attempt() -> dict[int, int]:
+        by_leader: dict[int, list[int]] = {}
+        for partition, leader in client.leaders(topic).items():
+            by_leader.setdefault(leader, []).append(partition)
+        offsets: dict[int, int] = {}
+        for leader, partitions in by_leader.items():
+            body = _list_offsets_body(topic, partitions, timestamp)
+            offsets.update(client.send_once(leader, ApiKey.LIST_OFFSETS, body, _read_offsets))
+        return dict(sorted(offsets.items()))
+
+    return client.retrying(
+        attempt, retry_codes=LEADER_RETRY_CODES, what=f"ListOffsets for {topic!r}"
+    )
+
+
+def _list_offsets_body(topic: str, partitions: list[int], timestamp: int) -> dict[str, Any]:
+    return {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {
+                        "partition_index": partition,
+                        "current_leader_epoch": -1,
+                        "timestamp": timestamp,
+                    }
+                    for partition in partitions
+                ],
+            }
+        ],
+    }
+
+
+def _read_offsets(response: dict[str, Any], version: int) -> dict[int, int]:
+    offsets = {}
+    for topic in response["topics"]:
+        for result in topic["partitions"]:
+            _raise_for(result["error_code"], context=f"{topic['name']}-{result['partition_index']}")
+            offset = result["offset"]
+            if version == 0:
+                offset = (result.get("old_style_offsets") or [-1])[0]
+            offsets[result["partition_index"]] = offset
+    return offsets
+
+
+# -- response readers ---------------------------------------------------------------------------
+
+
+def _raise_for(code: int, message: str | None = None, *, context: str | None = None) -> None:
+    """Raise the typed error for a non-zero ``code``: with the broker's ``message`` if it sent
+    one, else with the code's description prefixed by ``context``."""
+    if code != ErrorCode.NONE:
+        error_code = ErrorCode.from_code(code)
+        if not message:
+            message = f"{context}: {error_code.message}" if context else error_code.message
+        raise error_for(error_code, message)
+
+
+def _single(results: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The one per-topic result of a CreateTopics / DeleteTopics / CreatePartitions answer."""
+    for result in results:
+        if result["name"] == name:
+            _raise_for(result["error_code"], result.get("error_message"), context=f"topic {name!r}")
+            return result
+    raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"the broker did not answer for {name!r}")
+
+
+def _metadata_body(topics: list[str]) -> dict[str, Any]:
+    return {
+        "topics": [{"name": name} for name in topics],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+
+
+def _describe_from_metadata(response: dict[str, Any], name: str) -> TopicDescription:
+    for topic in response["topics"]:
+        if topic["name"] != name:
+            continue
+        if topic["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            break
+        _raise_for(topic["error_code"], context=f"topic {name!r}")
+        partitions = sorted(topic["partitions"], key=lambda part: part["partition_index"])
+        return TopicDescription(
+            name=name,
+            topic_id=topic.get("topic_id") or uuid.UUID(int=0),
+            internal=bool(topic.get("is_internal", False)),
+            partitions=[
+                PartitionDescription(
+                    partition=part["partition_index"],
+                    leader=part["leader_id"],
+                    leader_epoch=part.get("leader_epoch", -1),
+                    replicas=list(part["replica_nodes"]),
+                    isr=list(part["isr_nodes"]),
+                    offline_replicas=list(part.get("offline_replicas") or []),
+                )
+                for part in partitions
+            ],
+        )
+    raise UnknownTopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+
+
+def _read_configs(response: dict[str, Any], version: int) -> dict[str, ConfigEntry]:
+    (result,) = response["results"]
+    _raise_for(result["error_code"], result.get("error_message"))
+    entries = {}
+    for item in result["configs"]:
+        source_number = item.get("config_source", -1)
+        if version == 0:
+            is_default = bool(item.get("is_default"))
+        else:
+            is_default = source_number == _DEFAULT_CONFIG_SOURCE
+        entries[item["name"]] = ConfigEntry(
+            value=item["value"],
+            source=_CONFIG_SOURCES.get(source_number, str(source_number)),
+            read_only=bool(item["read_only"]),
+            is_default=is_default,
+        )
+    return dict(sorted(entries.items()))

@@ -1,0 +1,57 @@
+"""Named bounds and defaults of the Flux client, kept together (STYLE.md: limits on everything).
+
+Every retry loop, buffer and request size in ``flux.sdk`` is bounded by one of these; a caller
+that asks for more gets a ``ConfigurationError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BOOTSTRAP_ADDRESSES_MAX",
+    "CONNECT_TIMEOUT_S",
+    "FETCH_BYTES_MAX",
+    "FETCH_WAIT_MS_MAX",
+    "METADATA_MAX_AGE_S",
+    "REQUEST_TIMEOUT_S",
+    "RETRY_ATTEMPTS_DEFAULT",
+    "RETRY_ATTEMPTS_MAX",
+    "RETRY_BACKOFF_INITIAL_S",
+    "RETRY_BACKOFF_MAX_S",
+    "RETRY_TIMEOUT_MAX_S",
+    "RETRY_TIMEOUT_S",
+    "SEND_BATCH_RECORDS_MAX",
+    "UNKNOWN_TOPIC_RETRY_TIMEOUT_S",
+]
+
+#: At most this many ``host:port`` entries in a bootstrap string.
+BOOTSTRAP_ADDRESSES_MAX = 64
+
+#: Opening a TCP connection to a broker gives up after this long.
+CONNECT_TIMEOUT_S = 10.0
+#: Waiting for one response gives up after this long (a long-polling fetch adds its wait).
+REQUEST_TIMEOUT_S = 30.0
+
+#: A retried operation makes at most this many attempts by default (enough that the time
+#: limit below normally decides: with the backoffs below, 30 s hold about 35 attempts) ...
+RETRY_ATTEMPTS_DEFAULT = 50
+#: ... and gives up when this much time has passed since its first attempt.
+RETRY_TIMEOUT_S = 30.0
+#: Upper bounds a ``RetryPolicy`` may be configured with.
+RETRY_ATTEMPTS_MAX = 1000
+RETRY_TIMEOUT_MAX_S = 3600.0
+#: Backoff before the second attempt; it doubles per attempt up to ``RETRY_BACKOFF_MAX_S``.
+RETRY_BACKOFF_INITIAL_S = 0.05
+RETRY_BACKOFF_MAX_S = 1.0
+#: UNKNOWN_TOPIC_OR_PARTITION is retried only this long: long enough for a just-created topic
+#: to reach every broker's metadata, short enough that a typo fails fast.
+UNKNOWN_TOPIC_RETRY_TIMEOUT_S = 5.0
+
+#: Cached metadata older than this is refreshed before it is used for routing.
+METADATA_MAX_AGE_S = 300.0
+
+#: Bounds of one fetch.
+FETCH_BYTES_MAX = 64 << 20
+FETCH_WAIT_MS_MAX = 60_000
+
+#: ``SimpleProducer.send_batch`` sends at most this many records in one batch.
+SEND_BATCH_RECORDS_MAX = 100_000

@@ -1,0 +1,193 @@
+"""``fluxctl topic`` / ``produce`` / ``consume`` against a real broker, through click's CliRunner
+on the command objects (so the tests do not depend on their registration in ``cli/main.py``)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+from flux.cli._bootstrap import DEFAULT_BOOTSTRAP, default_bootstrap
+from flux.cli.client_commands import consume, produce
+from flux.cli.topic import topic
+from flux.protocol.partitioner import partition_for_key
+
+from tests.integration.helpers import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@click.group()
+def fluxctl() -> None:
+    """Stand-in for ``flux.cli.main.main``."""
+
+
+fluxctl.add_command(topic)
+fluxctl.add_command(produce)
+fluxctl.add_command(consume)
+
+
+def run(*args: str, bootstrap: str | None = None, env: dict[str, str] | None = None) -> Result:
+    argv = list(args)
+    if bootstrap is not None:
+        argv += ["--bootstrap", bootstrap]
+    return CliRunner().invoke(fluxctl, argv, env=env)
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
+    return result
+
+
+def _unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_topic_lifecycle(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    created = ok(
+        run(
+            "topic", "create", "events", "--partitions", "3", "--replication-factor", "1",
+            "--config", "retention.ms=60000", "--config", "segment.bytes=1048576",
+            bootstrap=bootstrap,
+        )
+    )  # fmt: skip
+    assert "Created topic events with 3 partitions" in created.stdout
+
+    listed = json.loads(ok(run("topic", "list", "--json", bootstrap=bootstrap)).stdout)
+    assert listed == {"topics": ["events"]}
+    assert ok(run("topic", "list", bootstrap=bootstrap)).stdout.split() == ["events"]
+
+    described = json.loads(
+        ok(run("topic", "describe", "events", "--json", bootstrap=bootstrap)).stdout
+    )
+    assert set(described) == {"name", "topic_id", "internal", "partitions", "configs"}
+    assert described["name"] == "events" and described["internal"] is False
+    assert described["configs"] == {"retention.ms": "60000", "segment.bytes": "1048576"}
+    assert [p["partition"] for p in described["partitions"]] == [0, 1, 2]
+    for partition in described["partitions"]:
+        assert set(partition) == {
+            "partition", "leader", "leader_epoch", "replicas", "isr", "offline_replicas",
+        }  # fmt: skip
+        assert partition["leader"] >= 0
+        assert partition["replicas"] == partition["isr"] == [partition["leader"]]
+        assert partition["offline_replicas"] == []
+
+    table = ok(run("topic", "describe", "events", bootstrap=bootstrap)).stdout
+    for heading in ("partition", "leader", "leader epoch", "replicas", "isr", "offline"):
+        assert heading in table
+    assert "retention.ms=60000" in table
+
+    assert (
+        "Deleted topic events" in ok(run("topic", "delete", "events", bootstrap=bootstrap)).stdout
+    )
+
+    def gone() -> bool:  # deletion reaches the brokers' metadata shortly after the controller
+        listed = json.loads(ok(run("topic", "list", "--json", bootstrap=bootstrap)).stdout)
+        return listed == {"topics": []}
+
+    wait_until(gone, timeout_s=10)
+    missing = run("topic", "describe", "events", bootstrap=bootstrap)
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == "Error: topic 'events' does not exist"
+    assert "Traceback" not in missing.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["topic", "create", "bad/name"], "bad/name"),
+        (["topic", "create", "zero", "--partitions", "0"], "partition"),
+        (["topic", "create", "cfg", "--config", "no.such=1"], "no.such"),
+        (["topic", "create", "rf", "--replication-factor", "5"], "replication factor"),
+        (["topic", "delete", "ghost"], "ghost"),
+    ],
+)
+def test_broker_errors_exit_1_with_message(broker, args, message) -> None:
+    result = run(*args, bootstrap=broker.bootstrap_servers)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("Error: ")
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_existing_topic_exits_1(broker) -> None:
+    ok(run("topic", "create", "once", bootstrap=broker.bootstrap_servers))
+    again = run("topic", "create", "once", bootstrap=broker.bootstrap_servers)
+    assert again.exit_code == 1
+    assert "already exists" in again.stderr
+
+
+def test_bad_config_syntax_is_a_usage_error(broker) -> None:
+    result = run("topic", "create", "x", "--config", "novalue", bootstrap=broker.bootstrap_servers)
+    assert result.exit_code == 2
+    assert "KEY=VALUE" in result.stderr
+
+
+def test_unreachable_cluster_names_the_address() -> None:
+    address = f"127.0.0.1:{_unused_port()}"
+    result = run("topic", "list", "--timeout", "1", bootstrap=address)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: ")
+    assert address in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_bootstrap_from_environment(broker) -> None:
+    env = {"FLUX_BOOTSTRAP": broker.bootstrap_servers}
+    ok(run("topic", "create", "from-env", env=env))
+    assert json.loads(ok(run("topic", "list", "--json", env=env)).stdout) == {
+        "topics": ["from-env"]
+    }
+
+
+def test_default_bootstrap_reads_the_local_cluster_state(tmp_path: Path) -> None:
+    state = tmp_path / "cluster.json"
+    assert default_bootstrap(state) == DEFAULT_BOOTSTRAP  # no file
+    state.write_text(json.dumps({"bootstrap_servers": "h1:1,h2:2", "nodes": []}))
+    assert default_bootstrap(state) == "h1:1,h2:2"
+    state.write_text(
+        json.dumps({"nodes": [{"id": 1, "kafka": "h1:1"}, {"id": 2, "bootstrap": "h2:2"}]})
+    )
+    assert default_bootstrap(state) == "h1:1,h2:2"
+    # A node stopped by `cluster down` (pid null) is left out.
+    state.write_text(json.dumps({"nodes": [{"id": 1, "kafka": "h1:1", "pid": None}]}))
+    assert default_bootstrap(state) == DEFAULT_BOOTSTRAP
+    state.write_text("not json")
+    assert default_bootstrap(state) == DEFAULT_BOOTSTRAP
+
+
+def test_produce_and_consume_commands(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    ok(run("topic", "create", "cli-io", "--partitions", "2", bootstrap=bootstrap))
+    sent = ok(
+        run("produce", "cli-io", "--key", "k1", "-H", "src=cli", "--json", "a", "b",
+            bootstrap=bootstrap)
+    )  # fmt: skip
+    placements = [json.loads(line) for line in sent.stdout.splitlines()]
+    expected = partition_for_key(b"k1", 2)
+    assert placements == [
+        {"partition": expected, "offset": 0},
+        {"partition": expected, "offset": 1},
+    ]
+    ok(run("produce", "cli-io", "--partition", "0", "c", bootstrap=bootstrap))
+
+    lines = ok(
+        run("consume", "cli-io", "--from-beginning", "--json", bootstrap=bootstrap)
+    ).stdout.splitlines()
+    records = [json.loads(line) for line in lines]
+    assert sorted(r["value"] for r in records) == ["a", "b", "c"]
+    keyed = [r for r in records if r["key"] == "k1"]
+    assert [r["value"] for r in keyed] == ["a", "b"]
+    assert all(r["headers"] == [["src", "cli"]] for r in keyed)
+
+    limited = ok(run("consume", "cli-io", "--from-beginning", "--max", "1", bootstrap=bootstrap))
+    assert len(limited.stdout.splitlines()) == 1
+    # Without --from-beginning it starts at the end: nothing new arrives before the idle timeout.
+    tail = ok(run("consume", "cli-io", "--idle-timeout", "0.2", bootstrap=bootstrap))
+    assert tail.stdout == ""
