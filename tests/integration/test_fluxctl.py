@@ -66,6 +66,13 @@ def test_cluster_lifecycle(tmp_path: Path) -> None:
             p["leader_id"] for p in _metadata(bootstrap, ["spread"])["topics"][0]["partitions"]
         )
         assert leaders == {1: 2, 2: 2, 3: 2}
+        described = json.loads(
+            _fluxctl("topic", "describe", "spread", "--json", "--bootstrap", bootstrap).stdout
+        )
+        assert Counter(p["leader"] for p in described["partitions"]) == {1: 2, 2: 2, 3: 2}
+        assert all(sorted(p["replicas"]) == [1, 2, 3] for p in described["partitions"])
+        table = _fluxctl("topic", "describe", "spread", "--bootstrap", bootstrap).stdout
+        assert "leader epoch" in table and "isr" in table
 
         _fluxctl("cluster", "kill", "3", "--data-dir", data_dir)
         status = json.loads(_fluxctl("cluster", "status", "--data-dir", data_dir, "--json").stdout)
