@@ -171,6 +171,9 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "flush_check_interval_ms": _Key(1000, _int(10), "how often the flush.ms policy runs"),
         "request_timeout_ms": _Key(30000, _int(1), "upper bound for any delayed request"),
         "heartbeat_interval_ms": _Key(500, _int(10), "broker heartbeat period to the controller"),
+        "replica_lag_time_max_ms": _Key(
+            10000, _int(10), "a follower not caught up this long leaves the ISR"
+        ),
     },
     "controller": {
         "host": _Key("127.0.0.1", _str(), "address the Raft and controller HTTP ports bind"),

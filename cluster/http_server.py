@@ -7,29 +7,50 @@ server. The broker registers its bound port with the controller, so other broker
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from .replication_wire import PartitionData, encode_fetch_response
+
 __all__ = ["BrokerHttpServer"]
 
-MAX_REQUEST_BYTES = 1 << 20
+log = logging.getLogger("flux.cluster.http")
+
+MAX_REQUEST_BYTES = 4 << 20
+
+ReplicaFetchHandler = Callable[[dict[str, Any]], Awaitable[list[PartitionData]]]
 
 
 class BrokerHttpServer:
     """``health`` is a callable returning the JSON document of ``GET /health``."""
 
-    def __init__(self, *, host: str, port: int, health: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        health: Callable[[], dict[str, Any]],
+        replica_fetch: ReplicaFetchHandler,
+    ) -> None:
         self._host = host
         self._port = port
         self._health = health
+        self._replica_fetch = replica_fetch
         self._runner: web.AppRunner | None = None
         self.port = 0
 
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-        app.add_routes([web.get("/health", self._get_health), web.get("/ping", self._ping)])
+        app.add_routes(
+            [
+                web.get("/health", self._get_health),
+                web.get("/ping", self._ping),
+                web.post("/replication/fetch", self._post_replication_fetch),
+            ]
+        )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port, reuse_address=True)
@@ -45,6 +66,26 @@ class BrokerHttpServer:
     async def _get_health(self, request: web.Request) -> web.Response:
         document = self._health()
         return web.json_response(document, status=200 if document.get("healthy") else 503)
+
+    async def _post_replication_fetch(self, request: web.Request) -> web.StreamResponse:
+        """Leader side of follower replication: JSON request, binary answer."""
+        try:
+            body = await request.json()
+            if not isinstance(body, dict) or not isinstance(body.get("partitions"), list):
+                raise ValueError("the body must be an object with a partitions list")
+            answers = await self._replica_fetch(body)
+        except (ValueError, KeyError, TypeError) as error:
+            # json.JSONDecodeError is a ValueError.
+            log.warning("bad replication fetch from %s: %s", request.remote, error)
+            return web.json_response({"error": f"bad replication fetch: {error}"}, status=400)
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        chunks = encode_fetch_response(answers)
+        response.content_length = sum(len(chunk) for chunk in chunks)
+        await response.prepare(request)
+        for chunk in chunks:
+            await response.write(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
+        await response.write_eof()
+        return response
 
     async def _ping(self, request: web.Request) -> web.Response:
         return web.json_response({"pong": True})

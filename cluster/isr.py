@@ -1,13 +1,11 @@
-"""ISR expansion proposed by partition leaders (Kafka's AlterPartition, over HTTP).
+"""ISR changes proposed by partition leaders (Kafka's AlterPartition, over HTTP).
 
 The leader of a partition proposes every ISR change; the controller validates its leader and
 partition epochs and commits a ``PartitionChange``; the leader uses the new ISR only once it
-arrives in the metadata image. Shrinking on broker death is the controller's job (fencing).
-
-Criterion for "caught up" at this stage: follower replication does not exist yet, so a leader
-treats every live (registered, unfenced) replica as caught up and proposes it back into the
-ISR. When leader-to-follower replication lands, this criterion becomes "the follower fetched up
-to the high watermark within ``replica.lag.time.max.ms``"; the proposal path stays as it is.
+arrives in the metadata image. A follower that has not caught up with the leader's log end
+for ``broker.replica_lag_time_max_ms`` is proposed out of the ISR; a follower outside the ISR
+whose log reached the high watermark (and the start of the current leader epoch) is proposed
+back in. Fencing a dead broker removes it from every ISR at the controller.
 """
 
 from __future__ import annotations
@@ -18,7 +16,8 @@ import logging
 from flux.protocol.errors import ErrorCode
 
 from .controller_client import ControllerClient, ControllerUnavailableError
-from .replica_manager import Partition, ReplicaManager
+from .partition import Partition
+from .replica_manager import ReplicaManager
 
 __all__ = ["IsrManager"]
 
@@ -26,7 +25,7 @@ log = logging.getLogger("flux.cluster.isr")
 
 
 class IsrManager:
-    """Periodically proposes ISR expansions for the partitions this broker leads."""
+    """Periodically proposes ISR shrinks and expansions for the partitions this broker leads."""
 
     def __init__(
         self,
@@ -35,14 +34,18 @@ class IsrManager:
         *,
         broker_id: int,
         incarnation_id: str,
-        interval_ms: int,
+        lag_time_max_ms: int,
     ) -> None:
         self._replicas = replicas
         self._client = client
         self._broker_id = broker_id
         self._incarnation_id = incarnation_id
-        self._interval_s = interval_ms / 1000
+        self._lag_time_max_ms = lag_time_max_ms
+        self._interval_s = max(lag_time_max_ms / 4, 50) / 1000
         self._task: asyncio.Task[None] | None = None
+        # (topic, partition) -> partition epoch of the proposal in flight, so one stale
+        # proposal is not repeated before the image catches up.
+        self._proposed: dict[tuple[str, int], int] = {}
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -56,19 +59,30 @@ class IsrManager:
         while True:
             await asyncio.sleep(self._interval_s)
             for partition in list(self._replicas.partitions()):
+                if not partition.is_leader:
+                    continue
                 wanted = self._wanted_isr(partition)
-                if partition.is_leader and wanted != partition.state.isr:
+                key = (partition.topic, partition.index)
+                if wanted == partition.state.isr:
+                    self._proposed.pop(key, None)
+                elif self._proposed.get(key) != partition.state.partition_epoch:
+                    self._proposed[key] = partition.state.partition_epoch
                     await self._propose(partition, wanted)
 
     def _wanted_isr(self, partition: Partition) -> tuple[int, ...]:
-        live = set(self._replicas.image.live_broker_ids())
         state = partition.state
+        lagging = set(partition.lagging_followers(self._lag_time_max_ms))
+        live = set(self._replicas.image.live_broker_ids())
+        joining = {r for r in partition.caught_up_followers() if r in live}
         return tuple(
-            replica for replica in state.replicas if replica in state.isr or replica in live
+            replica
+            for replica in state.replicas
+            if (replica in state.isr and replica not in lagging) or replica in joining
         )
 
     async def _propose(self, partition: Partition, isr: tuple[int, ...]) -> None:
         state = partition.state
+        name = f"{partition.topic}-{partition.index}"
         try:
             answer = await self._client.write(
                 "POST",
@@ -82,22 +96,14 @@ class IsrManager:
                     "partition_epoch": state.partition_epoch,
                     "isr": list(isr),
                 },
-                timeout_s=self._interval_s * 4 + 1.0,
+                timeout_s=max(self._interval_s * 4, 1.0),
             )
         except ControllerUnavailableError as error:
-            log.warning(
-                "ISR change of %s-%d not delivered: %s", partition.topic, partition.index, error
-            )
+            log.warning("%s: ISR change not delivered: %s", name, error)
+            self._proposed.pop((partition.topic, partition.index), None)
             return
         code = answer.get("error_code", 0)
         if code == 0:
-            log.info(
-                "%s-%d: ISR %s proposed and committed", partition.topic, partition.index, list(isr)
-            )
+            log.info("%s: ISR %s -> %s committed", name, list(state.isr), list(isr))
         elif code not in (ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.FENCED_LEADER_EPOCH):
-            log.warning(
-                "%s-%d: ISR change refused: %s",
-                partition.topic,
-                partition.index,
-                answer.get("error_message"),
-            )
+            log.warning("%s: ISR change refused: %s", name, answer.get("error_message"))

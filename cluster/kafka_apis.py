@@ -15,6 +15,7 @@ client sends can make the broker drop data it already acknowledged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import urllib.parse
@@ -273,6 +274,7 @@ class KafkaApis:
     async def _produce(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any] | None:
         acks = body["acks"]
         responses = []
+        waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]] = []
         for topic_data in body["topic_data"]:
             name = topic_data["name"]
             partition_responses = []
@@ -287,35 +289,60 @@ class KafkaApis:
                 if isinstance(found, ErrorCode):
                     partition_responses.append(_partition_result(index, found))
                     continue
-                partition_responses.append(self._append(found, partition_data["records"], acks))
+                result, last_offset = self._append(found, partition_data["records"], acks)
+                partition_responses.append(result)
+                if acks == -1 and last_offset is not None:
+                    waiting.append((result, found.add_delayed_produce(last_offset + 1)))
             responses.append({"name": name, "partition_responses": partition_responses})
+        if waiting:
+            await self._await_replication(waiting, body["timeout_ms"])
         if acks == 0:
             return None
         return {"responses": responses, "throttle_time_ms": 0}
 
-    def _append(self, partition: Partition, records: bytes | None, acks: int) -> dict[str, Any]:
+    async def _await_replication(
+        self, waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]], timeout_ms: int
+    ) -> None:
+        """acks=all: wait until the high watermark passes every appended batch, or time out
+        (REQUEST_TIMED_OUT; the data may still be replicated later, as in Kafka)."""
+        timeout_s = min(max(timeout_ms, 0), self._config.broker.request_timeout_ms) / 1000
+        futures = [future for _, future in waiting]
+        await asyncio.wait(futures, timeout=timeout_s)
+        for result, future in waiting:
+            if not future.done():
+                future.cancel()
+                result["error_code"] = ErrorCode.REQUEST_TIMED_OUT
+                result["error_message"] = "the in-sync replicas did not acknowledge in time"
+            elif future.result() != ErrorCode.NONE:
+                result["error_code"] = future.result()
+                result["error_message"] = future.result().message
+
+    def _append(
+        self, partition: Partition, records: bytes | None, acks: int
+    ) -> tuple[dict[str, Any], int | None]:
+        """Append as leader: the partition result and, on success, the last offset written."""
         index = partition.index
         config = partition.config
         if not records:
-            return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, "no record batches")
+            return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, "no record batches"), None
         min_insync = config.get("min.insync.replicas")
         if acks == -1 and len(partition.state.isr) < min_insync:
             return _partition_result(
                 index,
                 ErrorCode.NOT_ENOUGH_REPLICAS,
                 f"in-sync replicas {len(partition.state.isr)} < min.insync.replicas {min_insync}",
-            )
+            ), None
         oversized = _oversized_batch(records, config.get("max.message.bytes"))
         if oversized is not None:
-            return _partition_result(index, ErrorCode.MESSAGE_TOO_LARGE, oversized)
+            return _partition_result(index, ErrorCode.MESSAGE_TOO_LARGE, oversized), None
         try:
             result = self._replicas.append(partition, records)
         except CorruptBatchError as error:
             log.warning("rejected batch for %s-%d: %s", partition.topic, index, error)
-            return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, str(error))
+            return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, str(error)), None
         except OSError as error:
             log.error("cannot append to %s-%d: %s", partition.topic, index, error)
-            return _partition_result(index, ErrorCode.KAFKA_STORAGE_ERROR, str(error))
+            return _partition_result(index, ErrorCode.KAFKA_STORAGE_ERROR, str(error)), None
         return {
             "index": index,
             "error_code": ErrorCode.NONE,
@@ -324,7 +351,7 @@ class KafkaApis:
             "log_start_offset": partition.log.log_start_offset,
             "record_errors": [],
             "error_message": None,
-        }
+        }, result.last_offset
 
     # -- Fetch --------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from .isr import IsrManager
 from .kafka_apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka_server import KafkaServer
 from .launcher import READY_FILE
+from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
 
 __all__ = ["Node", "run_node"]
@@ -51,6 +52,7 @@ class Node:
         self.lifecycle: BrokerLifecycle | None = None
         self.isr: IsrManager | None = None
         self.http: BrokerHttpServer | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
         self._controller_client: ControllerClient | None = None
 
     async def start(self) -> None:
@@ -113,7 +115,10 @@ class Node:
             [voter.http_address for voter in config.controller.voters]
         )
         self.http = BrokerHttpServer(
-            host=config.broker.host, port=config.broker.http_port, health=self._health
+            host=config.broker.host,
+            port=config.broker.http_port,
+            health=self._health,
+            replica_fetch=self.replicas.handle_replica_fetch,
         )
         await self.http.start()
         self.lifecycle = BrokerLifecycle(
@@ -132,6 +137,10 @@ class Node:
         )
         await self.kafka.start()
         self.lifecycle.kafka_port = self.kafka.port
+        # Fetchers listen to images from the first one on, so they exist before following starts.
+        self.fetchers = ReplicaFetcherManager(
+            self.replicas, broker_id=config.node.id, incarnation_id=self.lifecycle.incarnation_id
+        )
         await self.lifecycle.start()
         self.replicas.start_background_tasks()
         self.isr = IsrManager(
@@ -139,7 +148,7 @@ class Node:
             self._controller_client,
             broker_id=config.node.id,
             incarnation_id=self.lifecycle.incarnation_id,
-            interval_ms=config.broker.heartbeat_interval_ms,
+            lag_time_max_ms=config.broker.replica_lag_time_max_ms,
         )
         self.isr.start()
         await asyncio.wait_for(self.lifecycle.ready.wait(), READY_TIMEOUT_S)
@@ -166,6 +175,8 @@ class Node:
         (self.config.data_dir / READY_FILE).unlink(missing_ok=True)
         if self.isr is not None:
             await self.isr.stop()
+        if self.fetchers is not None:
+            await self.fetchers.stop()
         if self.lifecycle is not None:
             await self.lifecycle.stop()
         if self.kafka is not None:

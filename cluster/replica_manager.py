@@ -25,69 +25,38 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from flux.controller.image import MetadataDelta, MetadataImage, PartitionState, TopicImage
 from flux.protocol.errors import ErrorCode
 from flux.storage import AppendResult, CheckpointStore, MemoryLog, PartitionLog
+from flux.storage.leader_epochs import LeaderEpochCache
 
 from .config import NodeConfig
+from .partition import Partition
+from .replication_wire import PartitionData
 from .topics import TopicConfig
 
-__all__ = ["Partition", "ReplicaManager"]
+__all__ = ["Partition", "ReplicaManager"]  # Partition is re-exported for the handlers
 
 log = logging.getLogger("flux.cluster.replicas")
 
 _RECOVERY_POINTS = "recovery-point"
+_HIGH_WATERMARKS = "high-watermark"
+_LEADER_EPOCHS = "leader-epochs"
 _DELETE_SUFFIX = "-delete"
 _PARTITION_METADATA = "partition.metadata"
+
+MAX_REPLICA_WAIT_MS = 10_000
+REPLICA_FETCH_MAX_BYTES = 32 << 20
+MAX_REPLICA_FETCH_PARTITIONS = 100_000
 
 TopicPartition = tuple[str, int]
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(eq=False)
-class Partition:
-    """One partition replica on this broker.
-
-    Invariants: ``high_watermark <= log.log_end_offset``; ``leader_epoch`` never decreases.
-    """
-
-    topic: str
-    topic_id: str
-    index: int
-    log: PartitionLog | MemoryLog
-    config: TopicConfig
-    state: PartitionState
-    is_leader: bool = False
-    waiters: set[asyncio.Future[None]] = field(default_factory=set)
-
-    @property
-    def leader_epoch(self) -> int:
-        return self.state.leader_epoch
-
-    @property
-    def high_watermark(self) -> int:
-        # Until follower replication lands, a leader's acknowledged data is its log end.
-        return self.log.log_end_offset
-
-    def wake_waiters(self) -> None:
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self.waiters.clear()
-
-    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode | None:
-        """Kafka's fencing of a client's view: -1 means "no opinion"."""
-        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
-            return None
-        if current_leader_epoch > self.leader_epoch:
-            return ErrorCode.UNKNOWN_LEADER_EPOCH
-        return ErrorCode.FENCED_LEADER_EPOCH
 
 
 class ReplicaManager:
@@ -101,6 +70,8 @@ class ReplicaManager:
         self._checkpoints = CheckpointStore(self._data_dir / "node-state.lmdb")
         self._recovery_points = self._checkpoints.get_all(_RECOVERY_POINTS)
         self._saved_recovery_points: dict[str, int] = dict(self._recovery_points)
+        self._high_watermarks = self._checkpoints.get_all(_HIGH_WATERMARKS)
+        self._saved_high_watermarks: dict[str, int] = dict(self._high_watermarks)
         self.image = MetadataImage.EMPTY
         self._partitions: dict[TopicPartition, Partition] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -149,19 +120,19 @@ class ReplicaManager:
             partition = None
         if partition is None:
             partition = self._open_partition(topic, index, state)
-        assert state.leader_epoch >= partition.state.leader_epoch, "leader epochs never go back"
         was_leader = partition.is_leader
-        partition.state = state
-        partition.is_leader = is_leader
-        if was_leader != is_leader:
+        if is_leader:
+            partition.become_leader(state)
+        else:
+            partition.become_follower(state)
+        if was_leader != is_leader or not is_leader:
             log.info(
                 "%s-%d: now %s in leader epoch %d",
                 topic.name,
                 index,
-                "leader" if is_leader else "follower",
+                "leader" if is_leader else f"follower of {state.leader}",
                 state.leader_epoch,
             )
-        partition.wake_waiters()
 
     def _refresh_states_and_configs(self, image: MetadataImage) -> None:
         """Keep each hosted partition's ISR/epochs and topic config in step with the image."""
@@ -170,7 +141,9 @@ class ReplicaManager:
             if topic is None or topic.topic_id != partition.topic_id:
                 continue
             if partition.index < len(topic.partitions):
-                partition.state = topic.partitions[partition.index]
+                state = topic.partitions[partition.index]
+                if state != partition.state and state.leader_epoch == partition.leader_epoch:
+                    partition.update_state(state)
             overrides = topic.config_dict()
             if overrides != _explicit(partition.config):
                 partition.config = self.topic_config(dict(overrides))
@@ -187,7 +160,25 @@ class ReplicaManager:
             partition_log = PartitionLog.open(
                 directory, config.log_config(), recovery_point=self._recovery_points.get(key, 0)
             )
-        partition = Partition(topic.name, topic.topic_id, index, partition_log, config, state)
+        epochs = LeaderEpochCache(
+            self._checkpoints.get_json(_LEADER_EPOCHS, key) or (),
+            on_change=lambda entries, key=key: self._checkpoints.put_json(
+                _LEADER_EPOCHS, key, entries
+            ),
+        )
+        epochs.truncate_from_end(partition_log.log_end_offset)
+        partition = Partition(
+            broker_id=self._broker_id,
+            topic=topic.name,
+            topic_id=topic.topic_id,
+            index=index,
+            log=partition_log,
+            config=config,
+            # Epoch -1: the first role change from the image always applies.
+            state=PartitionState(state.replicas, state.isr, -1, -1, -1),
+            epochs=epochs,
+            high_watermark=self._high_watermarks.get(key, 0),
+        )
         self._partitions[(topic.name, index)] = partition
         return partition
 
@@ -221,9 +212,13 @@ class ReplicaManager:
         partition.log.close()
         if directory is not None:
             self._delete_directory(directory)
-        self._checkpoints.delete(_RECOVERY_POINTS, f"{name}-{index}")
-        self._saved_recovery_points.pop(f"{name}-{index}", None)
-        self._recovery_points.pop(f"{name}-{index}", None)
+        key = f"{name}-{index}"
+        partition.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        for namespace in (_RECOVERY_POINTS, _HIGH_WATERMARKS, _LEADER_EPOCHS):
+            self._checkpoints.delete(namespace, key)
+        for table in (self._saved_recovery_points, self._recovery_points, self._high_watermarks):
+            table.pop(key, None)
+        self._saved_high_watermarks.pop(key, None)
         log.info("removed replica %s-%d", name, index)
 
     def _delete_directory(self, directory: Path) -> None:
@@ -273,10 +268,7 @@ class ReplicaManager:
         return error if error is not None else partition
 
     def append(self, partition: Partition, records: bytes | memoryview) -> AppendResult:
-        assert partition.is_leader, "only a leader appends client batches"
-        result = partition.log.append(records, leader_epoch=partition.leader_epoch)
-        partition.wake_waiters()
-        return result
+        return partition.append_as_leader(records)
 
     async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
         """Return when any of ``partitions`` receives an append or changes role, or after
@@ -293,6 +285,87 @@ class ReplicaManager:
         finally:
             for partition in registered:
                 partition.waiters.discard(waiter)
+
+    # -- leader side of replication ----------------------------------------------------------
+
+    async def handle_replica_fetch(self, request: dict[str, Any]) -> list[PartitionData]:
+        """Serve a follower's ``POST /replication/fetch``: long-poll until ``min_bytes`` are
+        ready, something needs the follower's attention (an error, a divergence), or
+        ``max_wait_ms`` passed. The first pass records the follower's fetch offsets."""
+        replica_id = int(request["replica_id"])
+        registration = self.image.brokers.get(replica_id)
+        stale = registration is None or registration.incarnation_id != request.get("broker_epoch")
+        max_wait_s = min(max(int(request.get("max_wait_ms", 0)), 0), MAX_REPLICA_WAIT_MS) / 1000
+        min_bytes = max(int(request.get("min_bytes", 1)), 0)
+        max_bytes = min(
+            max(int(request.get("max_bytes", REPLICA_FETCH_MAX_BYTES)), 1), REPLICA_FETCH_MAX_BYTES
+        )
+        wanted = list(request.get("partitions") or [])[:MAX_REPLICA_FETCH_PARTITIONS]
+        deadline = asyncio.get_running_loop().time() + max_wait_s
+        first_pass = True
+        while True:
+            results, total, urgent, leading = self._serve_replica_fetch(
+                replica_id, stale, wanted, max_bytes, record=first_pass
+            )
+            first_pass = False
+            remaining = deadline - asyncio.get_running_loop().time()
+            if total >= min_bytes or urgent or remaining <= 0 or not leading:
+                return results
+            await self.wait_for_data(leading, remaining)
+
+    def _serve_replica_fetch(
+        self,
+        replica_id: int,
+        stale: bool,
+        wanted: list[dict[str, Any]],
+        max_bytes: int,
+        *,
+        record: bool,
+    ) -> tuple[list[PartitionData], int, bool, list[Partition]]:
+        results: list[PartitionData] = []
+        leading: list[Partition] = []
+        total = 0
+        urgent = False
+        for item in wanted:
+            topic, index = str(item["topic"]), int(item["partition"])
+            if stale:
+                results.append(PartitionData(topic, index, ErrorCode.STALE_BROKER_EPOCH))
+                urgent = True
+                continue
+            found = self._partition_for_follower(topic, index, item, replica_id)
+            if isinstance(found, ErrorCode):
+                results.append(PartitionData(topic, index, found))
+                urgent = True
+                continue
+            partition = found
+            leading.append(partition)
+            budget = min(int(item.get("partition_max_bytes", max_bytes)), max_bytes - total)
+            answer = partition.serve_follower_fetch(
+                replica_id,
+                fetch_offset=int(item["fetch_offset"]),
+                last_fetched_epoch=int(item.get("last_fetched_epoch", -1)),
+                # The first partition with data always gets at least one whole batch.
+                max_bytes=max(budget, 1) if total == 0 else budget,
+                record=record,
+            )
+            if answer.error_code != 0 or answer.diverging_epoch >= 0:
+                urgent = True
+            total += len(answer.records)
+            results.append(answer)
+        return results, total, urgent, leading
+
+    def _partition_for_follower(
+        self, topic: str, index: int, item: dict[str, Any], replica_id: int
+    ) -> Partition | ErrorCode:
+        partition = self._partitions.get((topic, index))
+        if partition is None or partition.topic_id != item.get("topic_id"):
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if not partition.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if replica_id not in partition.state.replicas or replica_id == self._broker_id:
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        error = partition.check_leader_epoch(int(item.get("leader_epoch", -1)))
+        return error if error is not None else partition
 
     # -- housekeeping -------------------------------------------------------------------------
 
@@ -336,6 +409,18 @@ class ReplicaManager:
             except OSError:
                 log.exception("flush of %s-%d failed", partition.topic, partition.index)
         self.checkpoint_recovery_points()
+        self.checkpoint_high_watermarks()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write the high watermarks that moved since the last checkpoint (one transaction)."""
+        changed = {
+            f"{p.topic}-{p.index}": p.high_watermark
+            for p in self._partitions.values()
+            if self._saved_high_watermarks.get(f"{p.topic}-{p.index}") != p.high_watermark
+        }
+        if changed:
+            self._checkpoints.put_many(_HIGH_WATERMARKS, changed)
+            self._saved_high_watermarks.update(changed)
 
     def checkpoint_recovery_points(self) -> None:
         """Write the recovery points that changed since the last checkpoint (one transaction)."""
@@ -365,7 +450,9 @@ class ReplicaManager:
             except OSError:
                 log.exception("final flush of %s-%d failed", partition.topic, partition.index)
         self.checkpoint_recovery_points()
+        self.checkpoint_high_watermarks()
         for partition in self._partitions.values():
+            partition.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             partition.log.close()
         self._checkpoints.close()
 

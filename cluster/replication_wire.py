@@ -101,9 +101,7 @@ def decode_fetch_response(body: bytes) -> list[PartitionData]:
         records_length = fields[-1]
         if position + records_length != end:
             raise ReplicationWireError("records length does not match the partition size")
-        partitions.append(
-            PartitionData(topic, *fields[:-1], records=bytes(view[position:end]))
-        )
+        partitions.append(PartitionData(topic, *fields[:-1], records=bytes(view[position:end])))
         position = end
     if position != len(view):
         raise ReplicationWireError("trailing bytes after the last partition")

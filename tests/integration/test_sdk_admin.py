@@ -316,3 +316,12 @@ def test_cluster_routing_and_bootstrap_failover(request) -> None:
     with SimpleConsumer(survivors) as consumer:
         values = [(r.partition, r.value) for r in consumer.read_all("ha")]
     assert {partition for partition, value in values if value == b"after"} == set(range(6))
+
+
+def test_acks_all_records_survive_leader_kill(request) -> None:
+    survivors = ",".join(
+        node.bootstrap_servers for node in _produce_across_failover(_three_nodes(request))
+    )
+    with SimpleConsumer(survivors) as consumer:
+        values = [(r.partition, r.value) for r in consumer.read_all("ha")]
+    assert values == [(p, v) for p in range(6) for v in (b"before", b"after")]

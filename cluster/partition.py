@@ -1,0 +1,353 @@
+"""One partition replica and its replication state (Kafka's ``Partition``).
+
+A ``Partition`` is either the leader or a follower of its partition, as the metadata image
+says. As leader it appends client batches stamped with its leader epoch, tracks every
+follower's log end offset and last caught-up time from their fetches, advances the high
+watermark to the minimum log end offset over the ISR, and completes delayed ``acks=all``
+produces once the high watermark passes them. As follower it appends the leader's batches
+with their offsets, keeps the leader-epoch cache from the batches' epochs, truncates a
+divergent tail when the leader says where the common history ends, and follows the leader's
+high watermark.
+
+Invariants (asserted): ``high_watermark <= log.log_end_offset``; ``leader_epoch`` never
+decreases; the leader's high watermark never decreases while it leads.
+
+Thread-safety: none; one owner (the broker's event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from flux.controller.image import PartitionState
+from flux.protocol.errors import ErrorCode
+from flux.protocol.records import iter_batches
+from flux.storage import AppendResult, MemoryLog, PartitionLog
+from flux.storage.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
+
+from .replication_wire import PartitionData
+from .topics import TopicConfig
+
+__all__ = ["DelayedProduce", "FollowerState", "Partition"]
+
+log = logging.getLogger("flux.cluster.partition")
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass
+class FollowerState:
+    """What the leader knows of one follower, from its fetches."""
+
+    log_end_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    leader_end_offset_at_last_fetch: int = -1
+
+
+@dataclass
+class DelayedProduce:
+    """An ``acks=all`` append waiting for the high watermark to reach ``required_offset``."""
+
+    required_offset: int
+    future: asyncio.Future[ErrorCode]
+
+
+@dataclass(eq=False)
+class Partition:
+    broker_id: int
+    topic: str
+    topic_id: str
+    index: int
+    log: PartitionLog | MemoryLog
+    config: TopicConfig
+    state: PartitionState
+    epochs: LeaderEpochCache
+    high_watermark: int = 0
+    is_leader: bool = False
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    delayed: list[DelayedProduce] = field(default_factory=list)
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    clock_ms: Callable[[], int] = monotonic_ms
+
+    def __post_init__(self) -> None:
+        self.high_watermark = min(
+            max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset
+        )
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    # -- roles --------------------------------------------------------------------------------
+
+    def become_leader(self, state: PartitionState) -> None:
+        assert state.leader == self.broker_id
+        assert state.leader_epoch >= self.state.leader_epoch, "leader epochs never go back"
+        self.state = state
+        self.is_leader = True
+        self.epochs.assign(state.leader_epoch, self.log_end_offset)
+        now = self.clock_ms()
+        # Followers start as "caught up now", so a new leader does not drop them from the ISR
+        # before they had a chance to fetch from it.
+        self.followers = {
+            replica: FollowerState(last_caught_up_ms=now)
+            for replica in state.replicas
+            if replica != self.broker_id
+        }
+        self.maybe_advance_high_watermark()
+        self.wake_waiters()
+
+    def become_follower(self, state: PartitionState) -> None:
+        assert state.leader_epoch >= self.state.leader_epoch, "leader epochs never go back"
+        self.state = state
+        self.is_leader = False
+        self.followers = {}
+        self.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.wake_waiters()
+
+    def update_state(self, state: PartitionState) -> None:
+        """A new ISR (or epochs) for the same role: the high watermark may move."""
+        self.state = state
+        if self.is_leader:
+            for replica in state.replicas:
+                if replica != self.broker_id:
+                    self.followers.setdefault(
+                        replica, FollowerState(last_caught_up_ms=self.clock_ms())
+                    )
+            self.maybe_advance_high_watermark()
+            self._complete_delayed()
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode | None:
+        """Kafka's fencing of a client's view: -1 means "no opinion"."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return None
+        if current_leader_epoch > self.leader_epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.FENCED_LEADER_EPOCH
+
+    # -- leader -------------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes | memoryview) -> AppendResult:
+        assert self.is_leader, "only a leader appends client batches"
+        result = self.log.append(records, leader_epoch=self.leader_epoch)
+        self.maybe_advance_high_watermark()
+        self.wake_waiters()
+        return result
+
+    def record_follower_fetch(self, replica: int, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: it holds everything below it."""
+        follower = self.followers.get(replica)
+        if follower is None:
+            return
+        now = self.clock_ms()
+        leader_end = self.log_end_offset
+        if fetch_offset >= leader_end:
+            follower.last_caught_up_ms = now
+        elif fetch_offset >= follower.leader_end_offset_at_last_fetch >= 0:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.log_end_offset = fetch_offset
+        follower.leader_end_offset_at_last_fetch = leader_end
+        follower.last_fetch_ms = now
+        if self.maybe_advance_high_watermark():
+            self.wake_waiters()
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """High watermark = min log end offset over the ISR; it only moves forward."""
+        if not self.is_leader:
+            return False
+        candidate = self.log_end_offset
+        for replica in self.state.isr:
+            if replica == self.broker_id:
+                continue
+            follower = self.followers.get(replica)
+            candidate = min(candidate, follower.log_end_offset if follower else -1)
+        if candidate <= self.high_watermark:
+            return False
+        assert candidate <= self.log_end_offset
+        self.high_watermark = candidate
+        self._complete_delayed()
+        return True
+
+    def add_delayed_produce(self, required_offset: int) -> asyncio.Future[ErrorCode]:
+        future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        if self.high_watermark >= required_offset:
+            future.set_result(self._after_append_check())
+        else:
+            self.delayed.append(DelayedProduce(required_offset, future))
+        return future
+
+    def _after_append_check(self) -> ErrorCode:
+        if len(self.state.isr) < self.config.get("min.insync.replicas"):
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    def _complete_delayed(self) -> None:
+        waiting = []
+        for delayed in self.delayed:
+            if delayed.future.done():
+                continue
+            if self.high_watermark >= delayed.required_offset:
+                delayed.future.set_result(self._after_append_check())
+            else:
+                waiting.append(delayed)
+        self.delayed = waiting
+
+    def fail_delayed(self, error: ErrorCode) -> None:
+        for delayed in self.delayed:
+            if not delayed.future.done():
+                delayed.future.set_result(error)
+        self.delayed = []
+
+    def lagging_followers(self, lag_time_max_ms: int) -> list[int]:
+        """ISR members that have not caught up within ``lag_time_max_ms``."""
+        now = self.clock_ms()
+        return [
+            replica
+            for replica in self.state.isr
+            if replica != self.broker_id
+            and now - self.followers.get(replica, FollowerState()).last_caught_up_ms
+            > lag_time_max_ms
+        ]
+
+    def caught_up_followers(self) -> list[int]:
+        """Replicas outside the ISR whose log reached the high watermark and the start of the
+        current leader epoch: they may rejoin the ISR."""
+        epoch_start = next(
+            (start for epoch, start in reversed(self.epochs.entries) if epoch == self.leader_epoch),
+            self.log_end_offset,
+        )
+        return [
+            replica
+            for replica, follower in self.followers.items()
+            if replica not in self.state.isr
+            and follower.log_end_offset >= max(self.high_watermark, epoch_start)
+        ]
+
+    def serve_follower_fetch(
+        self,
+        replica: int,
+        *,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        max_bytes: int,
+        record: bool = True,
+    ) -> PartitionData:
+        """The leader's answer to one partition of a follower fetch.
+
+        A follower whose last fetched epoch ends earlier here than its fetch offset (or that
+        this log never had) gets the diverging epoch and where it ends, and no records: it
+        truncates there and fetches again. Otherwise its fetch offset is recorded as its log
+        end (``record``) and the batches from there are returned as they lie in the log.
+        """
+        assert self.is_leader
+        common = {
+            "high_watermark": self.high_watermark,
+            "log_start_offset": self.log.log_start_offset,
+            "leader_epoch": self.leader_epoch,
+        }
+        if last_fetched_epoch >= 0:
+            epoch, end = self.epochs.end_offset_for(last_fetched_epoch, self.log_end_offset)
+            if epoch != last_fetched_epoch or end < fetch_offset:
+                return PartitionData(
+                    self.topic,
+                    self.index,
+                    ErrorCode.NONE,
+                    **common,
+                    diverging_epoch=epoch,
+                    diverging_end_offset=end,
+                )
+        if not self.log.log_start_offset <= fetch_offset <= self.log_end_offset:
+            return PartitionData(self.topic, self.index, ErrorCode.OFFSET_OUT_OF_RANGE, **common)
+        if record:
+            self.record_follower_fetch(replica, fetch_offset)
+            common["high_watermark"] = self.high_watermark
+        records = b""
+        if fetch_offset < self.log_end_offset and max_bytes > 0:
+            records = self.log.read(fetch_offset, max_bytes)
+        return PartitionData(self.topic, self.index, ErrorCode.NONE, **common, records=records)
+
+    # -- follower -----------------------------------------------------------------------------
+
+    def apply_fetch_answer(self, answer: PartitionData) -> str | None:
+        """Apply the leader's answer for this partition; a description of what went wrong
+        (for the log) or None. Raises StorageError/CorruptRecordError on bad batches."""
+        if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if self.log_end_offset < answer.log_start_offset:
+                self.restart_at(answer.log_start_offset)
+                return f"behind the leader's log start {answer.log_start_offset}: restarted there"
+            target = max(answer.high_watermark, self.log.log_start_offset)
+            self.truncate_to(target)
+            return f"ahead of the leader: truncated to its high watermark {target}"
+        if answer.error_code != ErrorCode.NONE:
+            return f"leader answered error {answer.error_code}"
+        if answer.diverging_epoch >= 0 or answer.diverging_end_offset >= 0:
+            before = self.log_end_offset
+            target = self.divergence_point(answer.diverging_epoch, answer.diverging_end_offset)
+            self.truncate_to(target)
+            return (
+                f"diverged (leader's epoch {answer.diverging_epoch} ends at "
+                f"{answer.diverging_end_offset}): truncated {before} -> {self.log_end_offset}"
+            )
+        if answer.records:
+            self.append_as_follower(bytes(answer.records))
+        self.follow_high_watermark(answer.high_watermark)
+        if answer.log_start_offset > self.log.log_start_offset:
+            start = min(answer.log_start_offset, self.log_end_offset)
+            self.log.delete_records_before(start)
+            self.epochs.truncate_from_start(start)
+        return None
+
+    def append_as_follower(self, records: bytes) -> None:
+        """Append the leader's batches with their offsets; learn epochs from them."""
+        first_of_epoch: list[tuple[int, int]] = []
+        latest = self.epochs.latest_epoch
+        for header, _ in iter_batches(records, allow_partial_tail=False):
+            if header.partition_leader_epoch > latest:
+                latest = header.partition_leader_epoch
+                first_of_epoch.append((latest, header.base_offset))
+        self.log.append(records, assign_offsets=False)
+        for epoch, start in first_of_epoch:
+            self.epochs.assign(epoch, start)
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+
+    def restart_at(self, offset: int) -> None:
+        """The leader no longer has what we have: start an empty log at ``offset``."""
+        self.log.truncate_fully_and_start_at(offset)
+        self.epochs.clear()
+        self.high_watermark = offset
+
+    def follow_high_watermark(self, leader_high_watermark: int) -> None:
+        self.high_watermark = max(
+            min(leader_high_watermark, self.log_end_offset), self.log.log_start_offset
+        )
+
+    def divergence_point(self, leader_epoch: int, leader_end_offset: int) -> int:
+        """Where to truncate when the leader says its ``leader_epoch`` ends at
+        ``leader_end_offset``: the end of the history both logs share."""
+        own_epoch, own_end = self.epochs.end_offset_for(leader_epoch, self.log_end_offset)
+        if own_epoch == UNDEFINED_EPOCH:
+            return min(leader_end_offset, self.log_end_offset)
+        return min(leader_end_offset, own_end, self.log_end_offset)
+
+    # -- shared -------------------------------------------------------------------------------
+
+    def wake_waiters(self) -> None:
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.waiters.clear()

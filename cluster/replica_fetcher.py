@@ -1,0 +1,156 @@
+"""Follower side of replication: one fetcher per leader broker, over aiohttp.
+
+For every broker that leads partitions this broker follows, one task long-polls
+``POST /replication/fetch`` on the leader's HTTP port with all those partitions: each with its
+fetch offset (this replica's log end), the epoch of its last batch, the leader epoch it
+follows, and its topic id. It applies the binary answer partition by partition: append the
+batches as they are (offsets and epochs from the leader), follow the leader's high watermark
+and log start, truncate a divergent tail to where the leader says the common history ends,
+or restart an empty log when the leader no longer has what this replica needs.
+
+The set of partitions per leader is read from the ``ReplicaManager`` on every round, so role
+changes take effect at the next fetch; an image change also wakes idle fetchers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+from flux.controller.image import MetadataImage
+from flux.protocol.errors import CorruptRecordError, ErrorCode
+from flux.storage import StorageError
+
+from .partition import Partition
+from .replica_manager import ReplicaManager
+from .replication_wire import PartitionData, ReplicationWireError, decode_fetch_response
+
+__all__ = ["ReplicaFetcherManager"]
+
+log = logging.getLogger("flux.cluster.fetcher")
+
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 16 << 20
+PARTITION_FETCH_MAX_BYTES = 4 << 20
+ERROR_BACKOFF_S = 0.1
+MAX_ERROR_BACKOFF_S = 1.0
+
+
+class ReplicaFetcherManager:
+    """Starts and stops one fetcher task per leader broker, as the metadata image changes."""
+
+    def __init__(self, replicas: ReplicaManager, *, broker_id: int, incarnation_id: str) -> None:
+        self._replicas = replicas
+        self._broker_id = broker_id
+        self._incarnation_id = incarnation_id
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._image_changed = asyncio.Event()
+        self._session: aiohttp.ClientSession | None = None
+        replicas.add_image_listener(self._on_image)
+
+    def _on_image(self, image: MetadataImage) -> None:
+        leaders = {p.state.leader for p in self._followed()}
+        for leader in leaders - set(self._tasks):
+            if leader >= 0 and leader != self._broker_id:
+                self._tasks[leader] = asyncio.create_task(self._fetch_forever(leader))
+        self._image_changed.set()
+        self._image_changed = asyncio.Event()
+
+    def _followed(self, leader: int | None = None) -> list[Partition]:
+        return [
+            p
+            for p in self._replicas.partitions()
+            if not p.is_leader and (leader is None or p.state.leader == leader)
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks.clear()
+        if self._session is not None:
+            await self._session.close()
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=1.0)
+            )
+        return self._session
+
+    async def _fetch_forever(self, leader: int) -> None:
+        backoff = ERROR_BACKOFF_S
+        while True:
+            partitions = self._followed(leader)
+            registration = self._replicas.image.brokers.get(leader)
+            if not partitions or registration is None or registration.fenced:
+                await self._image_changed.wait()
+                continue
+            try:
+                answers = await self._fetch(
+                    registration.http_host, registration.http_port, partitions
+                )
+            except (aiohttp.ClientError, TimeoutError, OSError, ReplicationWireError) as error:
+                log.debug("fetch from broker %d failed: %r", leader, error)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_ERROR_BACKOFF_S)
+                continue
+            backoff = ERROR_BACKOFF_S
+            had_error = False
+            for answer in answers:
+                had_error |= not self._apply(leader, answer)
+            if had_error:
+                await asyncio.sleep(ERROR_BACKOFF_S)
+
+    async def _fetch(
+        self, host: str, port: int, partitions: list[Partition]
+    ) -> list[PartitionData]:
+        body: dict[str, Any] = {
+            "replica_id": self._broker_id,
+            "broker_epoch": self._incarnation_id,
+            "max_wait_ms": FETCH_MAX_WAIT_MS,
+            "min_bytes": 1,
+            "max_bytes": FETCH_MAX_BYTES,
+            "partitions": [
+                {
+                    "topic": p.topic,
+                    "topic_id": p.topic_id,
+                    "partition": p.index,
+                    "fetch_offset": p.log_end_offset,
+                    "last_fetched_epoch": p.epochs.latest_epoch,
+                    "leader_epoch": p.leader_epoch,
+                    "partition_max_bytes": PARTITION_FETCH_MAX_BYTES,
+                }
+                for p in partitions
+            ],
+        }
+        timeout = aiohttp.ClientTimeout(total=FETCH_MAX_WAIT_MS / 1000 + 10, sock_connect=1.0)
+        async with self._client().post(
+            f"http://{host}:{port}/replication/fetch", json=body, timeout=timeout
+        ) as response:
+            payload = await response.read()
+            if response.status != 200:
+                raise ReplicationWireError(f"HTTP {response.status}: {payload[:200]!r}")
+        return decode_fetch_response(payload)
+
+    def _apply(self, leader: int, answer: PartitionData) -> bool:
+        """Apply one partition's answer; False if it carried an error."""
+        partition = self._replicas.partition(answer.topic, answer.partition)
+        if partition is None or partition.is_leader or partition.state.leader != leader:
+            return True  # the role changed while the fetch was in flight
+        name = f"{answer.topic}-{answer.partition}"
+        try:
+            problem = partition.apply_fetch_answer(answer)
+        except (StorageError, CorruptRecordError) as error:
+            log.error("%s: cannot append batches from leader %d: %s", name, leader, error)
+            return False
+        if problem is not None:
+            level = (
+                logging.DEBUG
+                if answer.error_code not in (0, ErrorCode.OFFSET_OUT_OF_RANGE)
+                else logging.WARNING
+            )
+            log.log(level, "%s (leader %d): %s", name, leader, problem)
+        return answer.error_code in (0, ErrorCode.OFFSET_OUT_OF_RANGE)
