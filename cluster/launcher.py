@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,8 @@ def local_cluster_configs(
     kafka_base_port: int = 0,
     controller_base_port: int = 0,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
+    controller_ids: Sequence[int] | None = None,
+    broker_ids: Sequence[int] | None = None,
 ) -> list[NodeProcess]:
     """Write the configs of a local cluster of ``nodes`` combined (controller + broker) nodes
     under ``root/node-<id>/`` and return their (not yet started) processes.
@@ -61,11 +63,16 @@ def local_cluster_configs(
     Ports: Kafka ``kafka_base_port + id - 1`` (0: any free port, reported in ready.json);
     controller Raft and HTTP ports ``controller_base_port + 2 * (id - 1)`` and ``+ 1`` (0: free
     ports picked now, since every voter must know the others' addresses in advance). One
-    random shared secret protects the Raft transport.
+    random shared secret protects the Raft transport. By default every node has both roles;
+    ``controller_ids`` / ``broker_ids`` give the roles separately (e.g. one controller-only
+    node and three broker-only nodes).
     """
     secret = secrets.token_hex(16)
+    all_ids = range(1, nodes + 1)
+    controllers = set(controller_ids if controller_ids is not None else all_ids)
+    brokers = set(broker_ids if broker_ids is not None else all_ids)
     voters = []
-    for node_id in range(1, nodes + 1):
+    for node_id in sorted(controllers):
         if controller_base_port:
             raft_port = controller_base_port + 2 * (node_id - 1)
             http_port = raft_port + 1
@@ -73,14 +80,21 @@ def local_cluster_configs(
             raft_port, http_port = free_port(host), free_port(host)
         voters.append((node_id, raft_port, http_port))
     voter_list = [f"{node_id}@{host}:{raft}:{http}" for node_id, raft, http in voters]
+    ports = {node_id: (raft, http) for node_id, raft, http in voters}
     processes = []
-    for node_id, raft_port, http_port in voters:
+    for node_id in all_ids:
+        raft_port, http_port = ports.get(node_id, (0, 0))
+        roles = [
+            role
+            for role, ids in (("broker", brokers), ("controller", controllers))
+            if node_id in ids
+        ]
         node_dir = root / f"node-{node_id}"
         node_dir.mkdir(parents=True, exist_ok=True)
         sections: dict[str, dict[str, Any]] = {
             "node": {
                 "id": node_id,
-                "roles": ["broker", "controller"],
+                "roles": roles,
                 "data_dir": str(node_dir / "data"),
             },
             "broker": {
@@ -89,8 +103,8 @@ def local_cluster_configs(
             },
             "controller": {
                 "host": host,
-                "raft_port": raft_port,
-                "http_port": http_port,
+                "raft_port": raft_port or 9093,
+                "http_port": http_port or 9094,
                 "voters": voter_list,
                 "secret": secret,
             },

@@ -28,14 +28,22 @@ def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
     """
     started: list[NodeProcess] = []
 
-    def start(nodes: int = 1, **sections: dict[str, Any]) -> list[NodeProcess]:
+    def start(
+        nodes: int = 1,
+        *,
+        controller_ids: list[int] | None = None,
+        broker_ids: list[int] | None = None,
+        **sections: dict[str, Any],
+    ) -> list[NodeProcess]:
         extra: dict[str, dict[str, Any]] = {
             section: dict(keys) for section, keys in FAST_FAILURE_DETECTION.items()
         }
         for section, keys in sections.items():
             extra.setdefault(section, {}).update(keys)
         root = tmp_path / f"cluster-{len(started)}"
-        processes = local_cluster_configs(root, nodes, extra=extra)
+        processes = local_cluster_configs(
+            root, nodes, extra=extra, controller_ids=controller_ids, broker_ids=broker_ids
+        )
         started.extend(processes)
         for process in processes:
             process.start()

@@ -1,0 +1,272 @@
+"""Replication on real 3-node clusters: no acknowledged write lost across a leader SIGKILL,
+byte-identical replicas afterwards, ISR shrink and rejoin of a paused follower, min ISR, and
+consumers never reading at or above the high watermark."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import defaultdict
+
+import pytest
+from flux.cluster.launcher import NodeProcess
+from flux.protocol.api import ApiKey
+from flux.protocol.errors import ErrorCode
+from flux.protocol.records import build_batch, decode_records, iter_batches
+from flux.sdk.wire import KafkaConnection
+from flux.storage import LogConfig, PartitionLog
+
+from tests.integration.cluster_helpers import active_controller, partitions
+from tests.integration.helpers import fetch, list_offset, produce, wait_until
+
+pytestmark = pytest.mark.integration
+
+VALUES = 50_000
+
+
+def _create(node: NodeProcess, name: str, assignments: list[list[int]], **configs: str) -> None:
+    with KafkaConnection.from_bootstrap(node.bootstrap_servers, timeout_s=15) as conn:
+        answer = conn.request(
+            ApiKey.CREATE_TOPICS,
+            7,
+            {
+                "topics": [
+                    {
+                        "name": name,
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "assignments": [
+                            {"partition_index": i, "broker_ids": replicas}
+                            for i, replicas in enumerate(assignments)
+                        ],
+                        "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                    }
+                ],
+                "timeout_ms": 10000,
+            },
+        )
+    assert answer["topics"][0]["error_code"] == ErrorCode.NONE, answer
+
+
+def _by_id(nodes: list[NodeProcess], node_id: int) -> NodeProcess:
+    return next(node for node in nodes if node.node_id == node_id)
+
+
+def _replica_bytes(node: NodeProcess, topic: str, partition: int, high_watermark: int) -> bytes:
+    """The batches of a stopped node's replica below ``high_watermark``, as stored."""
+    log = PartitionLog.open(node.data_dir / f"{topic}-{partition}", LogConfig())
+    try:
+        return log.read(log.log_start_offset, 1 << 30, max_offset=high_watermark)
+    finally:
+        log.close()
+
+
+def test_no_acknowledged_write_lost_when_the_leader_dies(cluster_factory) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    nodes = cluster_factory(3)
+    _create(nodes[0], "ledger", [[1, 2, 3], [2, 3, 1], [3, 1, 2]], **{"min.insync.replicas": "2"})
+    controller = wait_until(lambda: active_controller(nodes))
+    # The victim leads partition 1 or 2 and is not the active controller, so the test measures
+    # data failover rather than waiting on a controller election too.
+    victim = next(node for node in nodes if node is not controller)
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": False,
+            "max.in.flight.requests.per.connection": 1,
+            "linger.ms": 2,
+            "message.timeout.ms": 120000,
+            "retry.backoff.ms": 50,
+        }
+    )
+    acknowledged: dict[int, list[bytes]] = defaultdict(list)
+    failed = 0
+
+    def on_delivery(error, message) -> None:
+        nonlocal failed
+        if error is None:
+            acknowledged[message.partition()].append(message.value())
+        else:
+            failed += 1
+
+    for index in range(VALUES):
+        producer.produce(
+            "ledger", value=b"v-%06d" % index, partition=index % 3, on_delivery=on_delivery
+        )
+        if index % 1000 == 0:
+            producer.poll(0)
+        if index == VALUES // 2:
+            producer.flush(60)
+            victim.kill()
+    assert producer.flush(120) == 0
+    acked = sum(len(values) for values in acknowledged.values())
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "checker", "enable.auto.commit": False}
+    )
+    survivor = next(node for node in nodes if node is not victim)
+    ends = {p: list_offset_of(survivor, "ledger", p) for p in range(3)}
+    consumer.assign([TopicPartition("ledger", p, 0) for p in range(3)])
+    read: dict[int, list[bytes]] = defaultdict(list)
+    deadline = time.monotonic() + 60
+    while sum(len(v) for v in read.values()) < sum(ends.values()) and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=5000, timeout=1.0):
+            assert message.error() is None, message.error()
+            read[message.partition()].append(message.value())
+    consumer.close()
+
+    lost = duplicated = 0
+    for partition, values in acknowledged.items():
+        positions = {}
+        for position, value in enumerate(read[partition]):
+            if value in positions:
+                duplicated += 1
+            positions.setdefault(value, position)
+        missing = [value for value in values if value not in positions]
+        lost += len(missing)
+        order = [positions[value] for value in values if value in positions]
+        assert order == sorted(order), f"partition {partition}: acknowledged order not kept"
+    print(f"acknowledged={acked} failed={failed} lost={lost} duplicated={duplicated}")
+    assert lost == 0
+    assert acked + failed == VALUES
+
+    # The old leader returns: it rejoins every ISR and all replicas hold identical logs.
+    victim.start()
+    victim.wait_ready()
+    wait_until(
+        lambda: all(len(p["isr_nodes"]) == 3 for p in partitions(survivor, "ledger")), timeout_s=60
+    )
+    high_watermarks = {p: list_offset_of(survivor, "ledger", p) for p in range(3)}
+    for node in nodes:
+        node.stop()
+    for partition, high_watermark in high_watermarks.items():
+        copies = {n.node_id: _replica_bytes(n, "ledger", partition, high_watermark) for n in nodes}
+        assert len(set(copies.values())) == 1, f"partition {partition} replicas differ"
+        last = None
+        for header, _ in iter_batches(copies[1]):
+            last = header
+        assert last is not None and last.last_offset == high_watermark - 1
+
+
+def list_offset_of(node: NodeProcess, topic: str, partition: int) -> int:
+    """The high watermark of ``topic``-``partition``, asked of its current leader."""
+    leader = partitions(node, topic)[partition]["leader_id"]
+    with KafkaConnection.from_bootstrap(node.bootstrap_servers) as conn:
+        brokers = {
+            b["node_id"]: f"{b['host']}:{b['port']}"
+            for b in conn.request(ApiKey.METADATA, 12, {"topics": []})["brokers"]
+        }
+    with KafkaConnection.from_bootstrap(brokers[leader]) as conn:
+        return list_offset(conn, topic, -1, partition=partition)["offset"]
+
+
+def test_paused_follower_leaves_and_rejoins_the_isr(cluster_factory) -> None:
+    nodes = cluster_factory(
+        3,
+        broker={"replica_lag_time_max_ms": 1000},
+        controller={"session_timeout_ms": 30000},
+    )
+    controller = wait_until(lambda: active_controller(nodes))
+    others = [node.node_id for node in nodes if node is not controller]
+    leader, paused = _by_id(nodes, others[0]), _by_id(nodes, others[1])
+    _create(
+        leader,
+        "lagging",
+        [[leader.node_id, paused.node_id, controller.node_id]],
+        **{"min.insync.replicas": "2"},
+    )
+    wait_until(lambda: len(partitions(leader, "lagging")[0]["isr_nodes"]) == 3)
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        with KafkaConnection.from_bootstrap(leader.bootstrap_servers) as conn:
+            # While the paused follower is still in the ISR, acks=1 data stays above the high
+            # watermark: a consumer must not see it.
+            for batch in range(5):
+                result = produce(conn, "lagging", build_batch([(None, b"early-%d" % batch, ())]))
+                assert result["error_code"] == ErrorCode.NONE
+                answer = fetch(conn, "lagging", 0)
+                high_watermark = answer["high_watermark"]
+                for _, raw in iter_batches(answer["records"]):
+                    for record in decode_records(bytes(raw)):
+                        assert record.offset < high_watermark
+            wait_until(
+                lambda: paused.node_id not in partitions(leader, "lagging")[0]["isr_nodes"],
+                timeout_s=15,
+            )
+            for batch in range(20):
+                result = produce(
+                    conn, "lagging", build_batch([(None, b"all-%d" % batch, ())]), acks=-1
+                )
+                assert result["error_code"] == ErrorCode.NONE, result
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    wait_until(
+        lambda: paused.node_id in partitions(leader, "lagging")[0]["isr_nodes"], timeout_s=30
+    )
+
+
+def test_acks_all_needs_min_insync_replicas(cluster_factory) -> None:
+    # One controller-only node keeps the quorum alive while two of the three brokers stop.
+    nodes = cluster_factory(4, controller_ids=[1], broker_ids=[2, 3, 4])
+    brokers = nodes[1:]
+    _create(brokers[0], "strict", [[2, 3, 4]], **{"min.insync.replicas": "2"})
+    acknowledged: list[bytes] = []
+    with KafkaConnection.from_bootstrap(brokers[0].bootstrap_servers) as conn:
+
+        def send(value: bytes) -> int:
+            body = {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout_ms": 2000,
+                "topic_data": [
+                    {
+                        "name": "strict",
+                        "partition_data": [
+                            {"index": 0, "records": build_batch([(None, value, ())])}
+                        ],
+                    }
+                ],
+            }
+            result = conn.request(ApiKey.PRODUCE, 7, body)["responses"][0]["partition_responses"][0]
+            if result["error_code"] == ErrorCode.NONE:
+                acknowledged.append(value)
+            return result["error_code"]
+
+        assert send(b"three") == ErrorCode.NONE
+        brokers[1].kill()
+        wait_until(lambda: 3 not in partitions(brokers[0], "strict")[0]["isr_nodes"], timeout_s=20)
+        assert send(b"two") == ErrorCode.NONE
+        brokers[2].kill()
+        codes = []
+
+        def refused() -> bool:
+            codes.append(send(b"one-%d" % len(codes)))
+            return codes[-1] == ErrorCode.NOT_ENOUGH_REPLICAS
+
+        wait_until(refused, timeout_s=30)
+        # On the way there: timeouts while the ISR still names the dead broker, and
+        # NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank under an appended batch.
+        assert set(codes) <= {
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            ErrorCode.REQUEST_TIMED_OUT,
+            ErrorCode.NONE,
+        }
+    # Every acknowledged record is on at least min.insync.replicas = 2 replicas: bring the
+    # stopped brokers back and read from each one once it leads.
+    for node in brokers[1:]:
+        node.start()
+        node.wait_ready()
+    wait_until(lambda: len(partitions(brokers[0], "strict")[0]["isr_nodes"]) == 3, timeout_s=60)
+    with KafkaConnection.from_bootstrap(brokers[0].bootstrap_servers) as conn:
+        answer = fetch(conn, "strict", 0)
+        stored = [
+            record.value
+            for _, raw in iter_batches(answer["records"])
+            for record in decode_records(bytes(raw))
+        ]
+    assert [value for value in stored if value in acknowledged] == acknowledged
