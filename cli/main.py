@@ -139,7 +139,9 @@ def cluster_up(cluster_dir: str, nodes: int, base_port: int, timeout: float, as_
         click.echo(f"cluster already running in {root} (fluxctl cluster down stops it)", err=True)
         return
     if state and len(state["nodes"]) == nodes:
-        processes = [_process(entry["id"], root / f"node-{entry['id']}") for entry in state["nodes"]]
+        processes = [
+            _process(entry["id"], root / f"node-{entry['id']}") for entry in state["nodes"]
+        ]
     else:
         processes = local_cluster_configs(
             root,

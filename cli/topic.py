@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 from flux.sdk.admin import Admin, TopicDescription
+from flux.sdk.errors import FluxError
 
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
 
@@ -47,14 +48,47 @@ def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
     return configs
 
 
-def _topic_json(description: TopicDescription, configs: dict[str, str]) -> dict[str, Any]:
+def _topic_json(
+    description: TopicDescription, configs: dict[str, str], offsets: _Offsets | None = None
+) -> dict[str, Any]:
+    partitions = []
+    for partition in description.partitions:
+        entry = asdict(partition)
+        if offsets is not None:
+            entry.update(offsets.for_partition(partition.partition, partition.leader))
+        partitions.append(entry)
     return {
         "name": description.name,
         "topic_id": str(description.topic_id),
         "internal": description.internal,
-        "partitions": [asdict(partition) for partition in description.partitions],
+        "partitions": partitions,
         "configs": configs,
     }
+
+
+class _Offsets:
+    """High watermarks (from leaders) and every replica's log end offset (from each replica).
+
+    A replica's lag is how many offsets it is behind its leader's log end."""
+
+    def __init__(self, admin: Admin, name: str) -> None:
+        try:
+            self.high_watermarks: dict[int, int] = admin.high_watermarks(name)
+        except FluxError:
+            self.high_watermarks = {}
+        self.log_ends = admin.replica_log_end_offsets(name)
+
+    def for_partition(self, partition: int, leader: int) -> dict[str, Any]:
+        ends = self.log_ends.get(partition, {})
+        leader_end = ends.get(leader)
+        return {
+            "high_watermark": self.high_watermarks.get(partition),
+            "replica_log_end_offsets": {str(r): end for r, end in ends.items()},
+            "replica_lag": {
+                str(r): (leader_end - end if leader_end is not None and end is not None else None)
+                for r, end in ends.items()
+            },
+        }
 
 
 def _overrides(admin: Admin, name: str) -> dict[str, str]:
@@ -138,13 +172,16 @@ def describe(name: str, bootstrap: str | None, timeout_s: float, as_json: bool) 
     with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
         description = admin.describe_topic(name)
         configs = _overrides(admin, name)
+        offsets = _Offsets(admin, name)
     if as_json:
-        _emit_json(_topic_json(description, configs))
+        _emit_json(_topic_json(description, configs, offsets))
         return
-    _print_description(description, configs)
+    _print_description(description, configs, offsets)
 
 
-def _print_description(description: TopicDescription, configs: dict[str, str]) -> None:
+def _print_description(
+    description: TopicDescription, configs: dict[str, str], offsets: _Offsets
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -155,9 +192,26 @@ def _print_description(description: TopicDescription, configs: dict[str, str]) -
         title=f"Topic {description.name}",
         caption=f"id {description.topic_id}" + ("  (internal)" if description.internal else ""),
     )
-    for column in ("partition", "leader", "leader epoch", "replicas", "isr", "offline"):
-        table.add_column(column, justify="right" if column != "replicas" else "left")
+    columns = (
+        "partition",
+        "leader",
+        "leader epoch",
+        "replicas",
+        "isr",
+        "offline",
+        "high watermark",
+        "log end (lag) per replica",
+    )
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("replicas", columns[-1]) else "right")
     for partition in description.partitions:
+        info = offsets.for_partition(partition.partition, partition.leader)
+        ends = " ".join(
+            f"{replica}:{end if end is not None else '?'}"
+            + (f"({info['replica_lag'][replica]})" if info["replica_lag"][replica] else "")
+            for replica, end in info["replica_log_end_offsets"].items()
+        )
+        high_watermark = info["high_watermark"]
         table.add_row(
             str(partition.partition),
             str(partition.leader) if partition.leader >= 0 else "none",
@@ -165,6 +219,8 @@ def _print_description(description: TopicDescription, configs: dict[str, str]) -
             ids(partition.replicas),
             ids(partition.isr),
             ids(partition.offline_replicas),
+            str(high_watermark) if high_watermark is not None else "-",
+            ends or "-",
         )
     console = Console()
     console.print(table)

@@ -62,6 +62,7 @@ ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
 METADATA_PROPAGATION_TIMEOUT_S = 5.0
 CONTROLLER_WRITE_TIMEOUT_S = 10.0
 EARLIEST_TIMESTAMP = -2
+DEBUGGING_REPLICA_ID = -2
 LATEST_TIMESTAMP = -1
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -453,15 +454,20 @@ class KafkaApis:
 
     async def _list_offsets(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
         topics = []
+        # Kafka's debugging replica id: any replica answers from its own log, and "latest"
+        # means its log end offset (how tools read a follower's position).
+        any_replica = body.get("replica_id", -1) == DEBUGGING_REPLICA_ID
         for topic in body["topics"]:
             partitions = [
-                self._list_offset(topic["name"], request, header.api_version)
+                self._list_offset(topic["name"], request, header.api_version, any_replica)
                 for request in topic["partitions"]
             ]
             topics.append({"name": topic["name"], "partitions": partitions})
         return {"throttle_time_ms": 0, "topics": topics}
 
-    def _list_offset(self, name: str, request: dict[str, Any], version: int) -> dict[str, Any]:
+    def _list_offset(
+        self, name: str, request: dict[str, Any], version: int, any_replica: bool = False
+    ) -> dict[str, Any]:
         index = request["partition_index"]
         result: dict[str, Any] = {
             "partition_index": index,
@@ -471,9 +477,13 @@ class KafkaApis:
             "offset": -1,
             "leader_epoch": -1,
         }
-        found = self._replicas.partition_for_leader(
-            name, index, request.get("current_leader_epoch", -1)
-        )
+        if any_replica:
+            local = self._replicas.partition(name, index)
+            found = local if local is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        else:
+            found = self._replicas.partition_for_leader(
+                name, index, request.get("current_leader_epoch", -1)
+            )
         if isinstance(found, ErrorCode):
             result["error_code"] = found
             return result
@@ -483,7 +493,7 @@ class KafkaApis:
         if timestamp == EARLIEST_TIMESTAMP:
             result["offset"] = partition.log.log_start_offset
         elif timestamp == LATEST_TIMESTAMP:
-            result["offset"] = partition.high_watermark
+            result["offset"] = partition.log_end_offset if any_replica else partition.high_watermark
         elif timestamp < 0:
             result["error_code"] = ErrorCode.INVALID_REQUEST
             return result

@@ -24,7 +24,13 @@ from flux.protocol.errors import ErrorCode
 
 from . import limits
 from .cluster_client import LEADER_RETRY_CODES, ClusterClient
-from .errors import ConfigurationError, LeaderNotAvailableError, UnknownTopicError, error_for
+from .errors import (
+    ConfigurationError,
+    FluxError,
+    LeaderNotAvailableError,
+    UnknownTopicError,
+    error_for,
+)
 from .metadata import RetryPolicy
 
 __all__ = [
@@ -40,6 +46,7 @@ __all__ = [
 _RESOURCE_TOPIC = 2
 _EARLIEST_TIMESTAMP = -2
 _LATEST_TIMESTAMP = -1
+_DEBUGGING_REPLICA_ID = -2  # Kafka's replica id for tools reading any replica's offsets
 # Kafka's ConfigSource numbers (DescribeConfigs v1+), by name.
 _CONFIG_SOURCES = {
     -1: "UNKNOWN",
@@ -289,6 +296,31 @@ class Admin:
         """Partition -> log start offset."""
         return list_offsets(self.client, topic, _EARLIEST_TIMESTAMP)
 
+    def replica_log_end_offsets(self, topic: str) -> dict[int, dict[int, int | None]]:
+        """Partition -> {replica broker id -> that replica's log end offset}, asked of every
+        replica (ListOffsets with Kafka's debugging replica id). ``None`` for a replica that
+        did not answer (down, or not hosting the partition yet)."""
+        description = self.describe_topic(topic)
+        by_broker: dict[int, list[int]] = {}
+        for partition in description.partitions:
+            for replica in partition.replicas:
+                by_broker.setdefault(replica, []).append(partition.partition)
+        answers: dict[int, dict[int, int | None]] = {
+            p.partition: {replica: None for replica in p.replicas} for p in description.partitions
+        }
+        for broker, partitions in by_broker.items():
+            body = _list_offsets_body(topic, partitions, _LATEST_TIMESTAMP)
+            body["replica_id"] = _DEBUGGING_REPLICA_ID
+            try:
+                offsets = self.client.send_once(
+                    broker, ApiKey.LIST_OFFSETS, body, _read_offsets_lenient
+                )
+            except FluxError:
+                continue
+            for partition, offset in offsets.items():
+                answers[partition][broker] = offset
+        return answers
+
 
 # -- shared with the simple consumer ----------------------------------------------------------
 
@@ -329,6 +361,16 @@ def _list_offsets_body(topic: str, partitions: list[int], timestamp: int) -> dic
                 ],
             }
         ],
+    }
+
+
+def _read_offsets_lenient(response: dict[str, Any], version: int) -> dict[int, int]:
+    """Offsets of the partitions that answered without an error."""
+    return {
+        result["partition_index"]: result["offset"]
+        for topic in response["topics"]
+        for result in topic["partitions"]
+        if result["error_code"] == 0
     }
 
 

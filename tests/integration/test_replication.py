@@ -4,8 +4,11 @@ consumers never reading at or above the high watermark."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import defaultdict
 
@@ -207,6 +210,31 @@ def test_paused_follower_leaves_and_rejoins_the_isr(cluster_factory) -> None:
     wait_until(
         lambda: paused.node_id in partitions(leader, "lagging")[0]["isr_nodes"], timeout_s=30
     )
+    # Back in the ISR means caught up: `fluxctl topic describe` shows every replica's log end
+    # at the high watermark, lag 0.
+    described = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "flux.cli.main",
+                "topic",
+                "describe",
+                "lagging",
+                "--json",
+                "--bootstrap",
+                leader.bootstrap_servers,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    partition = described["partitions"][0]
+    assert partition["high_watermark"] == 25
+    assert set(partition["replica_log_end_offsets"].values()) == {25}
+    assert set(partition["replica_lag"].values()) == {0}
 
 
 def test_acks_all_needs_min_insync_replicas(cluster_factory) -> None:
