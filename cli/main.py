@@ -297,6 +297,8 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
             "active" if node["active_controller"] else "standby",
         )
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # piped output: whole headers, no wrapping at 80 columns
     console.print(table)
     console.print(f"bootstrap servers: {status['bootstrap_servers'] or '(none running)'}")
 

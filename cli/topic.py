@@ -223,6 +223,8 @@ def _print_description(
             ends or "-",
         )
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # piped output: whole headers, no wrapping at 80 columns
     console.print(table)
     if configs:
         console.print(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -23,6 +24,7 @@ def _fluxctl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=120,
         check=check,
+        env={**os.environ, "COLUMNS": "200"},  # rich tables wide enough to read whole headers
     )
 
 

@@ -73,10 +73,14 @@ def test_topic_lifecycle(broker) -> None:
     for partition in described["partitions"]:
         assert set(partition) == {
             "partition", "leader", "leader_epoch", "replicas", "isr", "offline_replicas",
+            "high_watermark", "replica_log_end_offsets", "replica_lag",
         }  # fmt: skip
         assert partition["leader"] >= 0
         assert partition["replicas"] == partition["isr"] == [partition["leader"]]
         assert partition["offline_replicas"] == []
+        leader = str(partition["leader"])
+        assert partition["replica_log_end_offsets"] == {leader: partition["high_watermark"]}
+        assert partition["replica_lag"] == {leader: 0}
 
     table = ok(run("topic", "describe", "events", bootstrap=bootstrap)).stdout
     for heading in ("partition", "leader", "leader epoch", "replicas", "isr", "offline"):
