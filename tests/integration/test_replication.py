@@ -298,3 +298,121 @@ def test_acks_all_needs_min_insync_replicas(cluster_factory) -> None:
             for record in decode_records(bytes(raw))
         ]
     assert [value for value in stored if value in acknowledged] == acknowledged
+
+
+def _replication_fetch(node: NodeProcess, body: object) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://{node.ready['broker_http']}/replication/fetch",
+        data=json.dumps(body).encode() if not isinstance(body, bytes) else body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_bad_replication_fetches_get_errors_and_change_nothing(cluster_factory) -> None:
+    from flux.cluster.replication_wire import decode_fetch_response
+
+    nodes = cluster_factory(3)
+    _create(nodes[0], "guarded", [[1, 2, 3]])
+    leader, follower = nodes[0], nodes[1]
+    with KafkaConnection.from_bootstrap(leader.bootstrap_servers) as conn:
+        assert produce(conn, "guarded", build_batch([(None, b"v", ())]), acks=-1)["error_code"] == 0
+        before = fetch(conn, "guarded", 0)["high_watermark"]
+    topic_id = _topic_id(leader, "guarded")
+    incarnation = _incarnation(leader, follower.node_id)
+
+    def ask(replica_id: int, broker_epoch: str, fetch_offset: int, last_epoch: int = -1) -> int:
+        status, payload = _replication_fetch(
+            leader,
+            {
+                "replica_id": replica_id,
+                "broker_epoch": broker_epoch,
+                "max_wait_ms": 0,
+                "partitions": [
+                    {
+                        "topic": "guarded",
+                        "topic_id": topic_id,
+                        "partition": 0,
+                        "fetch_offset": fetch_offset,
+                        "last_fetched_epoch": last_epoch,
+                    }
+                ],
+            },
+        )
+        assert status == 200
+        return decode_fetch_response(payload)[0].error_code
+
+    assert ask(7, "nobody", 0) == ErrorCode.STALE_BROKER_EPOCH  # not a registered broker
+    assert ask(follower.node_id, "old-incarnation", 0) == ErrorCode.STALE_BROKER_EPOCH
+    assert ask(follower.node_id, incarnation, before + 5) == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert (
+        ask(leader.node_id, _incarnation(leader, leader.node_id), 0)
+        == ErrorCode.REPLICA_NOT_AVAILABLE
+    )
+    status, payload = _replication_fetch(leader, b"{not json")
+    assert status == 400 and b"bad replication fetch" in payload
+    with KafkaConnection.from_bootstrap(leader.bootstrap_servers) as conn:
+        assert fetch(conn, "guarded", 0)["high_watermark"] == before
+        assert produce(conn, "guarded", build_batch([(None, b"w", ())]), acks=-1)["error_code"] == 0
+
+
+def _controller_image(node: NodeProcess) -> dict:
+    import urllib.request
+
+    address = node.ready["controller_http"]
+    with urllib.request.urlopen(
+        f"http://{address}/controller/metadata?version=-1", timeout=5
+    ) as reply:
+        return json.loads(reply.read())["image"]
+
+
+def _incarnation(node: NodeProcess, broker_id: int) -> str:
+    brokers = _controller_image(node)["brokers"]
+    entry = (
+        brokers[str(broker_id)]
+        if isinstance(brokers, dict)
+        else next(b for b in brokers if b["broker_id"] == broker_id)
+    )
+    return entry["incarnation_id"]
+
+
+def _topic_id(node: NodeProcess, name: str) -> str:
+    topics = _controller_image(node)["topics"]
+    entry = (
+        topics[name] if isinstance(topics, dict) else next(t for t in topics if t["name"] == name)
+    )
+    return entry["topic_id"]
+
+
+def test_follower_with_a_corrupt_tail_truncates_and_refetches(cluster_factory) -> None:
+    nodes = cluster_factory(3)
+    _create(nodes[0], "mended", [[1, 2, 3]])
+    with KafkaConnection.from_bootstrap(nodes[0].bootstrap_servers) as conn:
+        for batch in range(20):
+            value = b"m-%d" % batch + b"x" * 200
+            assert (
+                produce(conn, "mended", build_batch([(None, value, ())]), acks=-1)["error_code"]
+                == 0
+            )
+    follower = nodes[2]
+    follower.kill()
+    segment = sorted((follower.data_dir / "mended-0").glob("*.log"))[-1]
+    data = bytearray(segment.read_bytes())
+    data[len(data) - 30] ^= 0xFF  # a flipped byte in the last batch
+    segment.write_bytes(bytes(data))
+    follower.start()
+    follower.wait_ready()
+    wait_until(lambda: 3 in partitions(nodes[0], "mended")[0]["isr_nodes"], timeout_s=30)
+    assert "dropped" in follower.log_tail(400) or "truncat" in follower.log_tail(400).lower()
+    for node in nodes:
+        node.stop()
+    copies = {n.node_id: _replica_bytes(n, "mended", 0, 20) for n in nodes}
+    assert len(set(copies.values())) == 1
