@@ -32,6 +32,8 @@ from .broker_lifecycle import BrokerLifecycle
 from .config import NodeConfig
 from .controller_client import ControllerClient, ControllerUnavailableError
 from .kafka_server import ConnectionInfo
+from .partition import ProducerRejectedError
+from .producer_ids import ProducerIdManager, ProducerIdUnavailableError
 from .replica_manager import Partition, ReplicaManager
 from .topics import InvalidTopicError, validate_topic_name
 
@@ -39,8 +41,7 @@ __all__ = ["ADVERTISED_VERSIONS", "KafkaApis"]
 
 log = logging.getLogger("flux.cluster.apis")
 
-# The APIs this broker answers. It advertises the codec's full range for each, except
-# ListOffsets v7, whose MAX_TIMESTAMP lookup (-3) is not implemented.
+# The APIs this broker answers, each in the codec's full range except where capped below.
 _IMPLEMENTED_APIS = (
     ApiKey.PRODUCE,
     ApiKey.FETCH,
@@ -52,14 +53,17 @@ _IMPLEMENTED_APIS = (
     ApiKey.CREATE_PARTITIONS,
     ApiKey.DESCRIBE_CONFIGS,
     ApiKey.DESCRIBE_CLUSTER,
+    ApiKey.INIT_PRODUCER_ID,
 )
-_VERSION_CAPS = {ApiKey.LIST_OFFSETS: 6}
+# ListOffsets v7 adds MAX_TIMESTAMP lookups (-3); InitProducerId v5+ is for transactions 2.0.
+_VERSION_CAPS = {ApiKey.LIST_OFFSETS: 6, ApiKey.INIT_PRODUCER_ID: 4}
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
     key: (SUPPORTED_VERSIONS[key][0], min(SUPPORTED_VERSIONS[key][1], _VERSION_CAPS.get(key, 99)))
     for key in _IMPLEMENTED_APIS
 }
 
 METADATA_PROPAGATION_TIMEOUT_S = 5.0
+MAX_PRODUCER_EPOCH = 32767
 CONTROLLER_WRITE_TIMEOUT_S = 10.0
 EARLIEST_TIMESTAMP = -2
 DEBUGGING_REPLICA_ID = -2
@@ -87,11 +91,13 @@ class KafkaApis:
         replicas: ReplicaManager,
         controller: ControllerClient,
         lifecycle: BrokerLifecycle,
+        producer_ids: ProducerIdManager,
     ) -> None:
         self._config = config
         self._replicas = replicas
         self._controller = controller
         self._lifecycle = lifecycle
+        self._producer_ids = producer_ids
         self._node_id = config.node.id
         self._handlers = {
             ApiKey.API_VERSIONS: self._api_versions,
@@ -104,6 +110,7 @@ class KafkaApis:
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
             ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
         }
 
     async def handle(
@@ -338,9 +345,11 @@ class KafkaApis:
             return _partition_result(index, ErrorCode.MESSAGE_TOO_LARGE, oversized), None
         try:
             result = self._replicas.append(partition, records)
-        except CorruptBatchError as error:
+        except (CorruptBatchError, CorruptRecordError) as error:
             log.warning("rejected batch for %s-%d: %s", partition.topic, index, error)
             return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, str(error)), None
+        except ProducerRejectedError as error:
+            return _partition_result(index, error.error, str(error)), None
         except OSError as error:
             log.error("cannot append to %s-%d: %s", partition.topic, index, error)
             return _partition_result(index, ErrorCode.KAFKA_STORAGE_ERROR, str(error)), None
@@ -353,6 +362,38 @@ class KafkaApis:
             "record_errors": [],
             "error_message": None,
         }, result.last_offset
+
+    # -- InitProducerId -----------------------------------------------------------------------
+
+    async def _init_producer_id(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Idempotent producers get a fresh producer id (epoch 0); a producer that names its
+        id and epoch (v3+, KIP-360) gets the next epoch of the same id. Transactions are not
+        supported yet."""
+        response: dict[str, Any] = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE}
+        if body.get("transactional_id") is not None:
+            response.update(
+                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+            return response
+        producer_id = body.get("producer_id", -1)
+        producer_epoch = body.get("producer_epoch", -1)
+        if producer_id >= 0 and 0 <= producer_epoch < MAX_PRODUCER_EPOCH:
+            response.update(producer_id=producer_id, producer_epoch=producer_epoch + 1)
+            return response
+        try:
+            response.update(
+                producer_id=await self._producer_ids.next_producer_id(), producer_epoch=0
+            )
+        except ProducerIdUnavailableError as error:
+            log.warning("no producer id for a client: %s", error)
+            response.update(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1
+            )
+        return response
 
     # -- Fetch --------------------------------------------------------------------------------
 

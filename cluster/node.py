@@ -31,6 +31,7 @@ from .isr import IsrManager
 from .kafka_apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka_server import KafkaServer
 from .launcher import READY_FILE
+from .producer_ids import ProducerIdManager
 from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
 
@@ -124,7 +125,13 @@ class Node:
         self.lifecycle = BrokerLifecycle(
             config, self._controller_client, self.replicas, http_port=self.http.port
         )
-        apis = KafkaApis(config, self.replicas, self._controller_client, self.lifecycle)
+        apis = KafkaApis(
+            config,
+            self.replicas,
+            self._controller_client,
+            self.lifecycle,
+            ProducerIdManager(self._controller_client, broker_id=config.node.id),
+        )
         # The listener binds first so the registration carries the real port; requests that
         # arrive before the first metadata image are answered from the empty image.
         self.kafka = KafkaServer(

@@ -22,19 +22,37 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from flux.controller.image import PartitionState
 from flux.protocol.errors import ErrorCode
 from flux.protocol.records import iter_batches
 from flux.storage import AppendResult, MemoryLog, PartitionLog
 from flux.storage.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
+from flux.storage.producer_state import ProducerStateManager, Verdict, increment_sequence
 
 from .replication_wire import PartitionData
 from .topics import TopicConfig
 
-__all__ = ["DelayedProduce", "FollowerState", "Partition"]
+__all__ = ["DelayedProduce", "FollowerState", "Partition", "ProducerRejectedError"]
 
 log = logging.getLogger("flux.cluster.partition")
+
+
+_VERDICT_ERRORS = {
+    Verdict.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    Verdict.INVALID_EPOCH: ErrorCode.INVALID_PRODUCER_EPOCH,
+    Verdict.UNKNOWN_PRODUCER: ErrorCode.UNKNOWN_PRODUCER_ID,
+    Verdict.DUPLICATE: ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+}
+
+
+class ProducerRejectedError(Exception):
+    """An idempotent batch refused by the producer state (nothing was appended)."""
+
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 def monotonic_ms() -> int:
@@ -69,6 +87,7 @@ class Partition:
     config: TopicConfig
     state: PartitionState
     epochs: LeaderEpochCache
+    producers: ProducerStateManager = field(default_factory=ProducerStateManager)
     high_watermark: int = 0
     is_leader: bool = False
     followers: dict[int, FollowerState] = field(default_factory=dict)
@@ -139,11 +158,69 @@ class Partition:
     # -- leader -------------------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | memoryview) -> AppendResult:
+        """Append client batches stamped with this leader's epoch. Idempotent batches are
+        checked against the producer state first: a retried batch already in the log is not
+        written again (the result carries its original offsets); a sequence gap or a fenced
+        epoch raises ``ProducerRejectedError`` and nothing is written."""
         assert self.is_leader, "only a leader appends client batches"
+        headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
+        duplicates = []
+        for header in headers:
+            if header.producer_id < 0 or header.is_control:
+                continue
+            check = self.producers.check(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                increment_sequence(header.base_sequence, header.last_offset_delta),
+            )
+            if check.verdict is Verdict.DUPLICATE:
+                duplicates.append(check.duplicate_of)
+            elif check.verdict is not Verdict.APPEND:
+                raise ProducerRejectedError(
+                    _VERDICT_ERRORS[check.verdict],
+                    f"producer {header.producer_id} epoch {header.producer_epoch} sequence "
+                    f"{header.base_sequence}: {check.verdict.value}",
+                )
+        if duplicates:
+            if len(duplicates) != len(headers):
+                raise ProducerRejectedError(
+                    ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "a request mixes retried and new batches"
+                )
+            first, last = duplicates[0], duplicates[-1]
+            assert first is not None and last is not None
+            return AppendResult(
+                base_offset=first.first_offset,
+                last_offset=last.last_offset,
+                batch_count=len(headers),
+                record_count=sum(h.records_count for h in headers),
+                max_timestamp=last.timestamp_ms,
+                log_append_time_ms=-1,
+            )
         result = self.log.append(records, leader_epoch=self.leader_epoch)
+        self._record_producers(headers, first_offset=result.base_offset)
         self.maybe_advance_high_watermark()
         self.wake_waiters()
         return result
+
+    def _record_producers(self, headers: list[Any], *, first_offset: int | None) -> None:
+        """Remember appended batches in the producer state (``first_offset``: where the log
+        placed the first one on the leader; None keeps the batches' own offsets)."""
+        offset = first_offset
+        for header in headers:
+            base = header.base_offset if offset is None else offset
+            self.producers.record_batch_header(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                header.records_count,
+                base,
+                header.last_offset_delta,
+                header.max_timestamp,
+                is_control=header.is_control,
+            )
+            if offset is not None:
+                offset = base + header.last_offset_delta + 1
 
     def record_follower_fetch(self, replica: int, fetch_offset: int) -> None:
         """A follower fetched from ``fetch_offset``: it holds everything below it."""
@@ -306,29 +383,35 @@ class Partition:
             start = min(answer.log_start_offset, self.log_end_offset)
             self.log.delete_records_before(start)
             self.epochs.truncate_from_start(start)
+            self.producers.truncate_before(start)
         return None
 
     def append_as_follower(self, records: bytes) -> None:
         """Append the leader's batches with their offsets; learn epochs from them."""
         first_of_epoch: list[tuple[int, int]] = []
         latest = self.epochs.latest_epoch
-        for header, _ in iter_batches(records, allow_partial_tail=False):
+        headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
+        for header in headers:
             if header.partition_leader_epoch > latest:
                 latest = header.partition_leader_epoch
                 first_of_epoch.append((latest, header.base_offset))
         self.log.append(records, assign_offsets=False)
         for epoch, start in first_of_epoch:
             self.epochs.assign(epoch, start)
+        # Followers keep producer state too, so a new leader deduplicates retries at once.
+        self._record_producers(headers, first_offset=None)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
         self.epochs.truncate_from_end(self.log_end_offset)
+        self.producers.truncate_to(self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
 
     def restart_at(self, offset: int) -> None:
         """The leader no longer has what we have: start an empty log at ``offset``."""
         self.log.truncate_fully_and_start_at(offset)
         self.epochs.clear()
+        self.producers = ProducerStateManager(last_offset=offset)
         self.high_watermark = offset
 
     def follow_high_watermark(self, leader_high_watermark: int) -> None:

@@ -32,6 +32,7 @@ from flux.controller.image import MetadataDelta, MetadataImage, PartitionState, 
 from flux.protocol.errors import ErrorCode
 from flux.storage import AppendResult, CheckpointStore, MemoryLog, PartitionLog
 from flux.storage.leader_epochs import LeaderEpochCache
+from flux.storage.producer_state import ProducerSnapshotError, ProducerStateManager
 
 from .config import NodeConfig
 from .partition import Partition
@@ -45,6 +46,7 @@ log = logging.getLogger("flux.cluster.replicas")
 _RECOVERY_POINTS = "recovery-point"
 _HIGH_WATERMARKS = "high-watermark"
 _LEADER_EPOCHS = "leader-epochs"
+_PRODUCER_STATE = "producer-state"
 _DELETE_SUFFIX = "-delete"
 _PARTITION_METADATA = "partition.metadata"
 
@@ -72,6 +74,7 @@ class ReplicaManager:
         self._saved_recovery_points: dict[str, int] = dict(self._recovery_points)
         self._high_watermarks = self._checkpoints.get_all(_HIGH_WATERMARKS)
         self._saved_high_watermarks: dict[str, int] = dict(self._high_watermarks)
+        self._saved_producer_offsets: dict[str, int] = {}
         self.image = MetadataImage.EMPTY
         self._partitions: dict[TopicPartition, Partition] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -167,6 +170,7 @@ class ReplicaManager:
             ),
         )
         epochs.truncate_from_end(partition_log.log_end_offset)
+        producers = self._load_producer_state(key, partition_log)
         partition = Partition(
             broker_id=self._broker_id,
             topic=topic.name,
@@ -177,10 +181,45 @@ class ReplicaManager:
             # Epoch -1: the first role change from the image always applies.
             state=PartitionState(state.replicas, state.isr, -1, -1, -1),
             epochs=epochs,
+            producers=producers,
             high_watermark=self._high_watermarks.get(key, 0),
         )
         self._partitions[(topic.name, index)] = partition
         return partition
+
+    def _load_producer_state(
+        self, key: str, partition_log: PartitionLog | MemoryLog
+    ) -> ProducerStateManager:
+        """The snapshot from LMDB, brought up to the log end by replaying batch headers (all
+        of them when there is no usable snapshot)."""
+        start = partition_log.log_start_offset
+        producers = ProducerStateManager(last_offset=start)
+        snapshot = self._checkpoints.get_json(_PRODUCER_STATE, key)
+        if snapshot is not None:
+            try:
+                loaded = ProducerStateManager.from_snapshot(snapshot)
+            except ProducerSnapshotError as error:
+                log.warning("%s: producer state snapshot unusable (%s): rebuilding", key, error)
+            else:
+                if start <= loaded.last_offset <= partition_log.log_end_offset:
+                    producers = loaded
+        replayed = producers.rebuild_from(
+            (
+                info.producer_id,
+                info.producer_epoch,
+                info.base_sequence,
+                info.record_count,
+                info.base_offset,
+                info.last_offset - info.base_offset,
+                info.max_timestamp,
+                info.is_control,
+            )
+            for info in partition_log.batch_infos(producers.last_offset)
+        )
+        if replayed:
+            log.info("%s: producer state rebuilt from %d batches", key, replayed)
+        self._saved_producer_offsets[key] = producers.last_offset
+        return producers
 
     def _claim_directory(self, directory: Path, topic_id: str) -> None:
         """Make ``directory`` belong to ``topic_id``: a leftover of an older topic of the same
@@ -214,11 +253,12 @@ class ReplicaManager:
             self._delete_directory(directory)
         key = f"{name}-{index}"
         partition.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        for namespace in (_RECOVERY_POINTS, _HIGH_WATERMARKS, _LEADER_EPOCHS):
+        for namespace in (_RECOVERY_POINTS, _HIGH_WATERMARKS, _LEADER_EPOCHS, _PRODUCER_STATE):
             self._checkpoints.delete(namespace, key)
         for table in (self._saved_recovery_points, self._recovery_points, self._high_watermarks):
             table.pop(key, None)
         self._saved_high_watermarks.pop(key, None)
+        self._saved_producer_offsets.pop(key, None)
         log.info("removed replica %s-%d", name, index)
 
     def _delete_directory(self, directory: Path) -> None:
@@ -394,6 +434,8 @@ class ReplicaManager:
         for partition in list(self._partitions.values()):
             try:
                 deleted += partition.log.enforce_retention(now_ms)
+                partition.producers.truncate_before(partition.log.log_start_offset)
+                partition.epochs.truncate_from_start(partition.log.log_start_offset)
             except OSError:
                 log.exception("retention of %s-%d failed", partition.topic, partition.index)
         if deleted:
@@ -410,6 +452,15 @@ class ReplicaManager:
                 log.exception("flush of %s-%d failed", partition.topic, partition.index)
         self.checkpoint_recovery_points()
         self.checkpoint_high_watermarks()
+        self.snapshot_producer_states()
+
+    def snapshot_producer_states(self) -> None:
+        """Snapshot the producer state of partitions whose state moved since the last one."""
+        for partition in self._partitions.values():
+            key = f"{partition.topic}-{partition.index}"
+            if self._saved_producer_offsets.get(key) != partition.producers.last_offset:
+                self._checkpoints.put_json(_PRODUCER_STATE, key, partition.producers.snapshot())
+                self._saved_producer_offsets[key] = partition.producers.last_offset
 
     def checkpoint_high_watermarks(self) -> None:
         """Write the high watermarks that moved since the last checkpoint (one transaction)."""
@@ -451,6 +502,7 @@ class ReplicaManager:
                 log.exception("final flush of %s-%d failed", partition.topic, partition.index)
         self.checkpoint_recovery_points()
         self.checkpoint_high_watermarks()
+        self.snapshot_producer_states()
         for partition in self._partitions.values():
             partition.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             partition.log.close()

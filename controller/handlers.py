@@ -34,6 +34,7 @@ from flux.controller.errors import InvalidReplicationFactorError
 from flux.controller.image import MetadataImage, PartitionState, TopicImage
 from flux.controller.placement import place_replicas
 from flux.controller.records import (
+    AllocateProducerIds,
     ConfigChange,
     CreatePartitions,
     CreateTopic,
@@ -813,3 +814,25 @@ def alter_configs(
         if current.get(key) != value
     ]
     return _ok([] if validate_only else records, **fields)
+
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+def allocate_producer_ids(
+    image: MetadataImage, *, broker_id: int, count: int = PRODUCER_ID_BLOCK_SIZE
+) -> ControllerResult:
+    """Hand broker ``broker_id`` the next block of producer ids (InitProducerId draws from it).
+
+    Only registered brokers may ask; blocks never overlap because the record applies only at
+    the image's next unallocated id."""
+    if broker_id not in image.brokers:
+        return _error(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+    if not 1 <= count <= PRODUCER_ID_BLOCK_SIZE:
+        return _error(ErrorCode.INVALID_REQUEST, f"count must be in 1..{PRODUCER_ID_BLOCK_SIZE}")
+    first = image.next_producer_id
+    return _ok(
+        [AllocateProducerIds(broker_id=broker_id, first_producer_id=first, count=count)],
+        first_producer_id=first,
+        count=count,
+    )

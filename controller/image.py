@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypeVar
 
 from flux.controller.records import (
+    AllocateProducerIds,
     ConfigChange,
     CreatePartitions,
     CreateTopic,
@@ -247,6 +248,7 @@ class MetadataImage:
     brokers: FrozenMap[int, BrokerRegistration] = field(default_factory=FrozenMap)
     topics: FrozenMap[str, TopicImage] = field(default_factory=FrozenMap)
     broker_configs: FrozenMap[str, tuple[tuple[str, str], ...]] = field(default_factory=FrozenMap)
+    next_producer_id: int = 0  # the first producer id not yet allocated to any broker
 
     # -- queries ------------------------------------------------------------------------
 
@@ -382,11 +384,17 @@ class MetadataImage:
             return replace(self, broker_configs=FrozenMap(sorted(configs.items())))
         return self._ignore(record, "unknown resource type")
 
+    def _replay_allocate_producer_ids(self, record: AllocateProducerIds) -> MetadataImage:
+        if record.first_producer_id != self.next_producer_id or record.count <= 0:
+            return self._ignore(record, "not the next block of producer ids")
+        return replace(self, next_producer_id=record.first_producer_id + record.count)
+
     # -- serialization ------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
+            "next_producer_id": self.next_producer_id,
             "brokers": [b.to_dict() for b in self.brokers.values()],
             "topics": [t.to_dict() for t in self.topics.values()],
             "broker_configs": [
@@ -401,6 +409,7 @@ class MetadataImage:
         topics = (TopicImage.from_dict(t) for t in data["topics"])
         return cls(
             version=int(data["version"]),
+            next_producer_id=int(data.get("next_producer_id", 0)),
             brokers=FrozenMap(sorted((b.broker_id, b) for b in brokers)),
             topics=FrozenMap(sorted(((t.name, t) for t in topics), key=lambda item: item[0])),
             broker_configs=FrozenMap(
@@ -432,6 +441,7 @@ _REPLAYERS: dict[type[Any], Any] = {
     DeleteTopic: MetadataImage._replay_delete_topic,
     PartitionChange: MetadataImage._replay_partition_change,
     ConfigChange: MetadataImage._replay_config_change,
+    AllocateProducerIds: MetadataImage._replay_allocate_producer_ids,
 }
 
 MetadataImage.EMPTY = MetadataImage(version=0)

@@ -21,6 +21,7 @@ from flux.controller.errors import InvalidRecordError
 
 __all__ = [
     "RECORD_FORMAT_VERSION",
+    "AllocateProducerIds",
     "RECORD_TYPES",
     "ConfigChange",
     "CreatePartitions",
@@ -128,6 +129,18 @@ class ConfigChange:
     value: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIds:
+    """Broker ``broker_id`` takes the producer ids ``[first_producer_id, first + count)``.
+
+    Applies only when ``first_producer_id`` is the image's next unallocated id, so ids are
+    never handed out twice."""
+
+    broker_id: int
+    first_producer_id: int
+    count: int
+
+
 Record = (
     RegisterBroker
     | FenceBroker
@@ -137,6 +150,7 @@ Record = (
     | DeleteTopic
     | PartitionChange
     | ConfigChange
+    | AllocateProducerIds
 )
 
 RECORD_TYPES: dict[str, type[Any]] = {
@@ -150,6 +164,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
         DeleteTopic,
         PartitionChange,
         ConfigChange,
+        AllocateProducerIds,
     )
 }
 
@@ -269,6 +284,7 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
         "isr": _int_tuple,
         "partition_epoch": _int,
     },
+    "AllocateProducerIds": {"broker_id": _int, "first_producer_id": _int, "count": _int},
     "ConfigChange": {
         "resource_type": _str,
         "resource_name": _str,

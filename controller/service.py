@@ -24,6 +24,7 @@ HTTP API (JSON bodies; every answer carries ``error_code`` and ``error_message``
 ``POST /controller/partitions/alter``       AlterPartition: the leader proposes a new ISR
 ``POST /controller/elect-leaders``          manual preferred (or unclean) leader election
 ``POST /controller/configs``                set or delete topic / broker config overrides
+``POST /controller/producer-ids``           allocate a block of producer ids to a broker
 ``GET  /controller/status``                 this controller's Raft view
 ==========================================  ==================================================
 """
@@ -148,6 +149,7 @@ class ControllerService:
                 web.post("/controller/partitions/alter", self._json(self._alter_partition)),
                 web.post("/controller/elect-leaders", self._json(self._elect_leaders)),
                 web.post("/controller/configs", self._json(self._alter_configs)),
+                web.post("/controller/producer-ids", self._json(self._allocate_producer_ids)),
                 web.get("/controller/status", self._status),
             ]
         )
@@ -517,6 +519,15 @@ class ControllerService:
             lambda image: handlers.elect_leaders(
                 image, partitions=partitions, election_type=election_type
             )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _allocate_producer_ids(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        broker_id = _int_field(body, "broker_id")
+        result, image = await self._write(
+            lambda image: handlers.allocate_producer_ids(image, broker_id=broker_id)
         )
         return {**result.response, "version": image.version}
 

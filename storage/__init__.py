@@ -21,6 +21,11 @@ from flux.storage.errors import (
     StorageError,
 )
 from flux.storage.log import Log, MemoryLog, PartitionLog
+from flux.storage.producer_state import (
+    ProducerSnapshotError,
+    ProducerStateError,
+    ProducerStateManager,
+)
 
 __all__ = [
     "AppendResult",
@@ -36,4 +41,7 @@ __all__ = [
     "PartitionLog",
     "RecordBatchTooLargeError",
     "StorageError",
+    "ProducerSnapshotError",
+    "ProducerStateError",
+    "ProducerStateManager",
 ]
