@@ -171,6 +171,12 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "flush_check_interval_ms": _Key(1000, _int(10), "how often the flush.ms policy runs"),
         "request_timeout_ms": _Key(30000, _int(1), "upper bound for any delayed request"),
         "heartbeat_interval_ms": _Key(500, _int(10), "broker heartbeat period to the controller"),
+        "offsets_topic_partitions": _Key(
+            12, _int(1, 1000), "partitions of __consumer_offsets (Kafka's default is 50)"
+        ),
+        "group_initial_rebalance_delay_ms": _Key(
+            3000, _int(0), "group.initial.rebalance.delay.ms: wait for more members"
+        ),
         "replica_lag_time_max_ms": _Key(
             10000, _int(10), "a follower not caught up this long leaves the ISR"
         ),

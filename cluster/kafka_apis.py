@@ -31,6 +31,7 @@ from flux.storage import CorruptBatchError, OffsetOutOfRangeError
 from .broker_lifecycle import BrokerLifecycle
 from .config import NodeConfig
 from .controller_client import ControllerClient, ControllerUnavailableError
+from .group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from .kafka_server import ConnectionInfo
 from .partition import ProducerRejectedError
 from .producer_ids import ProducerIdManager, ProducerIdUnavailableError
@@ -54,9 +55,20 @@ _IMPLEMENTED_APIS = (
     ApiKey.DESCRIBE_CONFIGS,
     ApiKey.DESCRIBE_CLUSTER,
     ApiKey.INIT_PRODUCER_ID,
+    ApiKey.FIND_COORDINATOR,
+    ApiKey.JOIN_GROUP,
+    ApiKey.SYNC_GROUP,
+    ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP,
+    ApiKey.OFFSET_COMMIT,
+    ApiKey.OFFSET_FETCH,
+    ApiKey.LIST_GROUPS,
+    ApiKey.DESCRIBE_GROUPS,
+    ApiKey.DELETE_GROUPS,
 )
 # ListOffsets v7 adds MAX_TIMESTAMP lookups (-3); InitProducerId v5+ is for transactions 2.0.
-_VERSION_CAPS = {ApiKey.LIST_OFFSETS: 6, ApiKey.INIT_PRODUCER_ID: 4}
+# OffsetFetch v8 batches groups; v7 serves every client we test.
+_VERSION_CAPS = {ApiKey.LIST_OFFSETS: 6, ApiKey.INIT_PRODUCER_ID: 4, ApiKey.OFFSET_FETCH: 7}
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
     key: (SUPPORTED_VERSIONS[key][0], min(SUPPORTED_VERSIONS[key][1], _VERSION_CAPS.get(key, 99)))
     for key in _IMPLEMENTED_APIS
@@ -92,12 +104,14 @@ class KafkaApis:
         controller: ControllerClient,
         lifecycle: BrokerLifecycle,
         producer_ids: ProducerIdManager,
+        groups: GroupCoordinator,
     ) -> None:
         self._config = config
         self._replicas = replicas
         self._controller = controller
         self._lifecycle = lifecycle
         self._producer_ids = producer_ids
+        self._groups = groups
         self._node_id = config.node.id
         self._handlers = {
             ApiKey.API_VERSIONS: self._api_versions,
@@ -111,6 +125,16 @@ class KafkaApis:
             ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+            ApiKey.FIND_COORDINATOR: self._find_coordinator,
+            ApiKey.JOIN_GROUP: self._join_group,
+            ApiKey.SYNC_GROUP: self._sync_group,
+            ApiKey.HEARTBEAT: self._heartbeat,
+            ApiKey.LEAVE_GROUP: self._leave_group,
+            ApiKey.OFFSET_COMMIT: self._offset_commit,
+            ApiKey.OFFSET_FETCH: self._offset_fetch,
+            ApiKey.LIST_GROUPS: self._list_groups,
+            ApiKey.DESCRIBE_GROUPS: self._describe_groups,
+            ApiKey.DELETE_GROUPS: self._delete_groups,
         }
 
     async def handle(
@@ -119,7 +143,10 @@ class KafkaApis:
         low, high = ADVERTISED_VERSIONS.get(header.api_key, (1, 0))
         if not low <= header.api_version <= high:
             raise UnsupportedVersionError(header.api_key, header.api_version, header.correlation_id)
-        response = await self._handlers[header.api_key](header, body)
+        if header.api_key == ApiKey.JOIN_GROUP:
+            response = await self._join_group(header, body, connection.peer)
+        else:
+            response = await self._handlers[header.api_key](header, body)
         if response is None:
             return None
         return encode_response(header, response)
@@ -394,6 +421,102 @@ class KafkaApis:
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1
             )
         return response
+
+    # -- consumer groups ----------------------------------------------------------------------
+
+    async def _find_coordinator(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        if header.api_version >= 4:
+            keys = [(key, body.get("key_type", 0)) for key in body["coordinator_keys"]]
+        else:
+            keys = [(body["key"], body.get("key_type", 0))]
+        answers = await self._groups.find_coordinator(keys)
+        if header.api_version >= 4:
+            return {"throttle_time_ms": 0, "coordinators": answers}
+        answer = answers[0]
+        return {"throttle_time_ms": 0, **{k: v for k, v in answer.items() if k != "key"}}
+
+    async def _join_group(
+        self, header: RequestHeader, body: dict[str, Any], peer: str = ""
+    ) -> dict[str, Any]:
+        response = await self._groups.join_group(
+            body,
+            version=header.api_version,
+            client_id=header.client_id or "",
+            client_host="/" + peer.rpartition(":")[0],
+        )
+        return {"throttle_time_ms": 0, **response}
+
+    async def _sync_group(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, **await self._groups.sync_group(body)}
+
+    async def _heartbeat(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, "error_code": self._groups.heartbeat(body)}
+
+    async def _leave_group(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self._groups.leave_group(body, version=header.api_version)
+        return {"throttle_time_ms": 0, **response}
+
+    async def _offset_commit(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, **await self._groups.commit_offsets(body)}
+
+    async def _offset_fetch(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        error, topics = self._groups.fetch_offsets(body["group_id"], body.get("topics"))
+        if error != ErrorCode.NONE and header.api_version < 2:
+            # v0-1 have no top-level error: report it on every partition asked for.
+            topics = [
+                {
+                    "name": topic["name"],
+                    "partitions": [
+                        {
+                            "partition_index": index,
+                            "committed_offset": -1,
+                            "metadata": "",
+                            "error_code": error,
+                        }  # fmt: skip
+                        for index in topic["partition_indexes"]
+                    ],
+                }
+                for topic in body.get("topics") or []
+            ]
+        return {"throttle_time_ms": 0, "error_code": error, "topics": topics}
+
+    async def _list_groups(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        groups = self._groups.list_groups()
+        states = body.get("states_filter") or []
+        if states:
+            groups = [g for g in groups if g.get("group_state") in states]
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
+
+    async def _describe_groups(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "throttle_time_ms": 0,
+            "groups": [self._groups.describe_group(group_id) for group_id in body["groups"]],
+        }
+
+    async def _delete_groups(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for group_id in body["groups_names"]:
+            results.append(
+                {"group_id": group_id, "error_code": await self._groups.delete_group(group_id)}
+            )
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def create_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` (FindCoordinator's first call), replicated like any
+        topic on up to three brokers; an existing topic is fine."""
+        live = len(self._image.live_broker_ids())
+        await self._forward(
+            "POST",
+            "/controller/topics",
+            {
+                "name": OFFSETS_TOPIC,
+                "num_partitions": self._config.broker.offsets_topic_partitions,
+                "replication_factor": max(1, min(3, live)),
+                "configs": {},
+            },
+        )
 
     # -- Fetch --------------------------------------------------------------------------------
 

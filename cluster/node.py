@@ -26,6 +26,7 @@ from flux.controller.service import ControllerService, ControllerSettings, Voter
 from .broker_lifecycle import BrokerLifecycle
 from .config import NodeConfig
 from .controller_client import ControllerClient
+from .group_coordinator import GroupCoordinator
 from .http_server import BrokerHttpServer
 from .isr import IsrManager
 from .kafka_apis import ADVERTISED_VERSIONS, KafkaApis
@@ -125,12 +126,18 @@ class Node:
         self.lifecycle = BrokerLifecycle(
             config, self._controller_client, self.replicas, http_port=self.http.port
         )
+        groups = GroupCoordinator(
+            self.replicas,
+            initial_rebalance_delay_ms=config.broker.group_initial_rebalance_delay_ms,
+            create_offsets_topic=lambda: apis.create_offsets_topic(),
+        )
         apis = KafkaApis(
             config,
             self.replicas,
             self._controller_client,
             self.lifecycle,
             ProducerIdManager(self._controller_client, broker_id=config.node.id),
+            groups,
         )
         # The listener binds first so the registration carries the real port; requests that
         # arrive before the first metadata image are answered from the empty image.
