@@ -20,16 +20,10 @@ from pathlib import Path
 
 
 def _start_broker(workdir: Path):
-    from flux.cluster.launcher import NodeProcess, write_node_config
+    """One node (broker + a controller quorum of one) with its data on disk in ``workdir``."""
+    from flux.cluster.launcher import local_cluster_configs
 
-    write_node_config(
-        workdir / "node.toml",
-        {
-            "node": {"id": 1, "data_dir": str(workdir / "data"), "log_level": "WARNING"},
-            "broker": {"kafka_port": 0},
-        },
-    )
-    node = NodeProcess(1, workdir / "node.toml", workdir / "data", workdir / "node.log")
+    (node,) = local_cluster_configs(workdir, 1, extra={"node": {"log_level": "WARNING"}})
     node.start()
     node.wait_ready()
     return node

@@ -1,0 +1,47 @@
+"""The benchmark scripts still run end to end and print their JSON (tiny sizes; the figures
+themselves are measured by hand, never asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str, *args: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout)
+
+
+def test_produce_consume_benchmark_prints_json() -> None:
+    figures = _run("produce_consume.py", "--records", "20000")
+    assert figures["records"] == 20000
+    assert figures["produce"]["records_per_s"] > 0 and figures["consume"]["records_per_s"] > 0
+
+
+def test_replicated_produce_benchmark_prints_json() -> None:
+    figures = _run(
+        "replicated_produce.py", "--records", "20000", "--latency-seconds", "1", "--rate", "500"
+    )
+    assert figures["throughput"]["delivery_errors"] == 0
+    assert figures["latency"]["p99_ms"] >= figures["latency"]["p50_ms"] > 0
+
+
+def test_failover_benchmark_prints_json() -> None:
+    figures = _run("failover.py", "--rounds", "1")
+    assert len(figures["broker_kill_to_new_leaders"]["runs_s"]) == 1
+    assert figures["controller_failover_to_topic_creation"]["median_s"] > 0
