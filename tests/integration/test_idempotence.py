@@ -139,3 +139,30 @@ def test_sequences_that_skip_repeat_or_come_from_a_fenced_epoch(cluster_factory)
         again = _send(conn, producer_id, 1, 0, [b"c"])
         assert (again["error_code"], again["base_offset"]) == (ErrorCode.NONE, 2)
         assert [value for _, value in read_values(conn, "seq")] == [b"a", b"b", b"c"]
+
+
+def test_kafka_python_and_aiokafka_idempotent_producers(broker) -> None:
+    """kafka-python 3 turns idempotence (and acks=all) on by default; aiokafka on request."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
+    futures = [producer.send("both", b"kp-%d" % i, partition=0) for i in range(100)]
+    producer.flush()
+    assert [f.get(timeout=30).offset for f in futures] == list(range(100))
+    producer.close()
+
+    async def aiokafka_send() -> int:
+        aio = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers, enable_idempotence=True)
+        await aio.start()
+        try:
+            return (await aio.send_and_wait("both", b"aio", partition=0)).offset
+        finally:
+            await aio.stop()
+
+    assert asyncio.run(aiokafka_send()) == 100
+    with KafkaConnection.from_bootstrap(broker.bootstrap_servers) as conn:
+        values = [value for _, value in read_values(conn, "both")]
+    assert values == [b"kp-%d" % i for i in range(100)] + [b"aio"]
