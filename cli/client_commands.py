@@ -2,22 +2,31 @@
 
 fluxctl produce orders --key order-17 paid shipped      two records with the same key
 printf 'a\\nb\\n' | fluxctl produce orders               one record per stdin line
-fluxctl consume orders --from-beginning --max 10 [--json]
+printf 'k1:a\\n' | fluxctl produce orders --key-separator :    key k1, value a
+fluxctl produce orders --idempotent a b                 retries cannot write duplicates
+fluxctl consume orders --from-beginning --max 10 [--json]   (--max-messages is the same)
 fluxctl consume orders                                   new records until --idle-timeout
+fluxctl consume orders --group billing                   as a group member, committing
 
 ``consume`` prints one record per line: the value (UTF-8, undecodable bytes escaped), or with
 ``--json`` one object per line: ``{"topic", "partition", "offset", "timestamp", "key",
 "value", "headers"}`` with keys, values and header values as UTF-8 strings (``null`` when
 absent; bytes that are not UTF-8 are escaped with backslashes).
+
+With ``--group`` the consumer joins the group, starts at the group's committed offsets (new
+groups: the log start with ``--from-beginning``, else the end) and commits after printing
+each batch, so the next ``consume --group`` goes on where this one stopped.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any
 
 import click
+from flux.sdk.groups import GroupConsumer
 from flux.sdk.simple import ConsumedRecord, SimpleConsumer, SimpleProducer
 
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
@@ -25,6 +34,8 @@ from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
 __all__ = ["consume", "produce"]
 
 _POLL_WAIT_MS = 500
+#: ``consume --group --from-beginning`` stops after this long without records by default.
+_GROUP_IDLE_TIMEOUT_S = 1.0
 
 
 @click.command()
@@ -33,7 +44,19 @@ _POLL_WAIT_MS = 500
 @click.option("--key", "-k", default=None, help="key of every record (partition by murmur2)")
 @click.option("--header", "-H", "headers", multiple=True, metavar="NAME=VALUE")
 @click.option("--partition", "-p", type=int, default=None, help="send to this partition")
-@click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="1", show_default=True)
+@click.option(
+    "--acks",
+    type=click.Choice(["0", "1", "all", "-1"]),
+    default=None,
+    help="[default: 1, or all with --idempotent]",
+)
+@click.option(
+    "--key-separator",
+    default=None,
+    metavar="SEP",
+    help="split each value at the first SEP into key and value",
+)
+@click.option("--idempotent", is_flag=True, help="number batches so retries never duplicate")
 @client_options
 @json_option
 def produce(
@@ -42,19 +65,30 @@ def produce(
     key: str | None,
     headers: tuple[str, ...],
     partition: int | None,
-    acks: str,
+    acks: str | None,
+    key_separator: str | None,
+    idempotent: bool,
     bootstrap: str | None,
     timeout_s: float,
     as_json: bool,
 ) -> None:
     """Send VALUES (or each line of stdin) as records to TOPIC."""
+    if key_separator == "":
+        raise click.UsageError("--key-separator must not be empty")
+    if key_separator is not None and key is not None:
+        raise click.UsageError("--key and --key-separator exclude each other")
+    if idempotent and acks not in (None, "all", "-1"):
+        raise click.UsageError("--idempotent needs --acks all")
     header_pairs = []
     for header in headers:
         name, sep, value = header.partition("=")
         if not sep or not name:
             raise click.UsageError(f"--header expects NAME=VALUE, got {header!r}")
         header_pairs.append((name, value.encode("utf-8")))
-    lines = list(values) or [line.rstrip("\n") for line in click.get_text_stream("stdin")]
+    lines = list(values) or [line.rstrip("\n") for line in sys.stdin]
+    records = [_split_key(line, key, key_separator) for line in lines]
+    if acks is None:
+        acks = "all" if idempotent else "1"
     acks_number = -1 if acks in ("all", "-1") else int(acks)
     with (
         sdk_errors(),
@@ -63,11 +97,12 @@ def produce(
             acks=acks_number,
             client_id="fluxctl",
             timeout_s=timeout_s,
+            idempotent=idempotent,
         ) as producer,
     ):
-        for line in lines:
+        for record_key, value in records:
             sent = producer.send(
-                topic_name, line, key=key, headers=header_pairs, partition=partition
+                topic_name, value, key=record_key, headers=header_pairs, partition=partition
             )
             if as_json:
                 click.echo(json.dumps({"partition": sent.partition, "offset": sent.offset}))
@@ -75,17 +110,28 @@ def produce(
                 click.echo(f"{sent.topic}-{sent.partition}@{sent.offset}")
 
 
+def _split_key(line: str, key: str | None, separator: str | None) -> tuple[str | None, str]:
+    if separator is None:
+        return key, line
+    record_key, found, value = line.partition(separator)
+    if not found:
+        raise click.UsageError(f"no key separator {separator!r} in line {line!r}")
+    return record_key, value
+
+
 @click.command()
 @click.argument("topic_name", metavar="TOPIC")
 @click.option("--from-beginning", is_flag=True, help="start at the log start, not the end")
-@click.option("--max", "max_records", type=click.IntRange(min=1), default=None)
+@click.option("--max", "--max-messages", "max_records", type=click.IntRange(min=1), default=None)
 @click.option(
     "--idle-timeout",
     type=click.FloatRange(min=0),
     default=None,
     help="stop after this many seconds without a new record "
-    "[default: 0 with --from-beginning (read what is there), else wait forever]",
+    "[default: 0 with --from-beginning (read what is there; 1 with --group), "
+    "else wait forever]",
 )
+@click.option("--group", "-g", "group_id", default=None, help="consume as a member of this group")
 @client_options
 @json_option
 def consume(
@@ -93,11 +139,26 @@ def consume(
     from_beginning: bool,
     max_records: int | None,
     idle_timeout: float | None,
+    group_id: str | None,
     bootstrap: str | None,
     timeout_s: float,
     as_json: bool,
 ) -> None:
     """Print records of every partition of TOPIC."""
+    if group_id is not None:
+        if idle_timeout is None:
+            idle_timeout = _GROUP_IDLE_TIMEOUT_S if from_beginning else float("inf")
+        _consume_group(
+            topic_name,
+            group_id,
+            from_beginning=from_beginning,
+            max_records=max_records,
+            idle_timeout_s=idle_timeout,
+            bootstrap=resolve_bootstrap(bootstrap),
+            timeout_s=timeout_s,
+            as_json=as_json,
+        )
+        return
     if idle_timeout is None:
         idle_timeout = 0.0 if from_beginning else float("inf")
     printed = 0
@@ -128,6 +189,50 @@ def consume(
             if got_any:
                 last_record_at = time.monotonic()
             elif time.monotonic() - last_record_at >= idle_timeout:
+                break
+
+
+def _consume_group(
+    topic_name: str,
+    group_id: str,
+    *,
+    from_beginning: bool,
+    max_records: int | None,
+    idle_timeout_s: float,
+    bootstrap: str,
+    timeout_s: float,
+    as_json: bool,
+) -> None:
+    """Poll as a group member, print, commit; stop at ``max_records`` or when idle. The idle
+    clock starts once the member has joined (the first poll returned)."""
+    printed = 0
+    with (
+        sdk_errors(),
+        GroupConsumer(
+            bootstrap,
+            group_id,
+            topics=[topic_name],
+            client_id="fluxctl",
+            auto_offset_reset="earliest" if from_beginning else "latest",
+            timeout_s=timeout_s,
+        ) as consumer,
+    ):
+        last_record_at: float | None = None
+        while max_records is None or printed < max_records:
+            remaining = None if max_records is None else max_records - printed
+            records = consumer.poll(
+                timeout_s=_POLL_WAIT_MS / 1000, max_records=min(remaining or 500, 500)
+            )
+            now = time.monotonic()
+            if records:
+                for record in records:
+                    _print_record(record, as_json)
+                printed += len(records)
+                consumer.commit()
+                last_record_at = now
+            elif last_record_at is None:
+                last_record_at = now
+            elif now - last_record_at >= idle_timeout_s:
                 break
 
 

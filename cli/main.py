@@ -374,9 +374,11 @@ def _terminate(entry: dict[str, Any]) -> None:
 
 def _register_client_commands() -> None:
     from flux.cli.client_commands import consume, produce
+    from flux.cli.group import group
     from flux.cli.topic import topic
 
     main.add_command(topic)
+    main.add_command(group)
     main.add_command(produce)
     main.add_command(consume)
 

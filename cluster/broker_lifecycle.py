@@ -143,7 +143,11 @@ class BrokerLifecycle:
             self.controller_id = answer.get("controller_id")
             if answer.get("version", 0) > self._replicas.image.version:
                 image = MetadataImage.from_dict(answer["image"])
-                self._replicas.apply_image(image)
+                try:
+                    self._replicas.apply_image(image)
+                except Exception:
+                    # Never stop following metadata: log loudly and take the next image.
+                    log.exception("applying metadata version %d failed", image.version)
                 self._update_ready(image)
 
     def _update_ready(self, image: MetadataImage) -> None:

@@ -81,10 +81,14 @@ class BrokerHttpServer:
         response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
         chunks = encode_fetch_response(answers)
         response.content_length = sum(len(chunk) for chunk in chunks)
-        await response.prepare(request)
-        for chunk in chunks:
-            await response.write(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
-        await response.write_eof()
+        try:
+            await response.prepare(request)
+            for chunk in chunks:
+                await response.write(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
+            await response.write_eof()
+        except ConnectionError as error:
+            # The follower went away while its long-poll was parked (it died or timed out).
+            log.debug("replication fetch from %s not delivered: %s", request.remote, error)
         return response
 
     async def _ping(self, request: web.Request) -> web.Response:

@@ -335,7 +335,14 @@ class Partition:
         }
         if last_fetched_epoch >= 0:
             epoch, end = self.epochs.end_offset_for(last_fetched_epoch, self.log_end_offset)
-            if epoch != last_fetched_epoch or end < fetch_offset:
+            if epoch == UNDEFINED_EPOCH:
+                # No epoch this old here (say, the follower led an epoch that wrote nothing):
+                # the shared history can only be what precedes this log's start.
+                end = self.log.log_start_offset
+                diverged = fetch_offset > end
+            else:
+                diverged = epoch != last_fetched_epoch or end < fetch_offset
+            if diverged:
                 return PartitionData(
                     self.topic,
                     self.index,

@@ -34,6 +34,7 @@ log = logging.getLogger("flux.cluster.fetcher")
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 16 << 20
 PARTITION_FETCH_MAX_BYTES = 4 << 20
+FETCH_TIMEOUT_MARGIN_S = 2.0
 ERROR_BACKOFF_S = 0.1
 MAX_ERROR_BACKOFF_S = 1.0
 
@@ -47,7 +48,9 @@ class ReplicaFetcherManager:
         self._incarnation_id = incarnation_id
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._image_changed = asyncio.Event()
-        self._session: aiohttp.ClientSession | None = None
+        # One HTTP session (connection pool) per leader, like Kafka's fetcher threads: a slow
+        # or dead leader never holds up the fetches from the others.
+        self._sessions: dict[int, aiohttp.ClientSession] = {}
         replicas.add_image_listener(self._on_image)
 
     def _on_image(self, image: MetadataImage) -> None:
@@ -70,30 +73,55 @@ class ReplicaFetcherManager:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._tasks.clear()
-        if self._session is not None:
-            await self._session.close()
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
+    async def _reset_client(self, leader: int) -> None:
+        """Drop the leader's connection pool after a failure: its connections may be dead."""
+        session = self._sessions.pop(leader, None)
+        if session is not None:
+            await session.close()
+
+    def _client(self, leader: int) -> aiohttp.ClientSession:
+        session = self._sessions.get(leader)
+        if session is None:
+            session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=1.0)
             )
-        return self._session
+            self._sessions[leader] = session
+        return session
 
     async def _fetch_forever(self, leader: int) -> None:
+        """One leader's fetch loop; it never dies on an unexpected error (logged, retried)."""
+        while True:
+            try:
+                await self._fetch_rounds(leader)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fetcher for leader %d failed; restarting it", leader)
+                await asyncio.sleep(MAX_ERROR_BACKOFF_S)
+
+    async def _fetch_rounds(self, leader: int) -> None:
         backoff = ERROR_BACKOFF_S
         while True:
             partitions = self._followed(leader)
             registration = self._replicas.image.brokers.get(leader)
             if not partitions or registration is None or registration.fenced:
+                log.debug("fetcher for broker %d idle (%d partitions)", leader, len(partitions))
                 await self._image_changed.wait()
                 continue
             try:
-                answers = await self._fetch(
-                    registration.http_host, registration.http_port, partitions
+                # Our own bound, on top of aiohttp's: a request stuck on a pooled connection
+                # must end well before the leader counts this follower as lagging.
+                answers = await asyncio.wait_for(
+                    self._fetch(leader, registration.http_host, registration.http_port, partitions),
+                    FETCH_MAX_WAIT_MS / 1000 + FETCH_TIMEOUT_MARGIN_S,
                 )
             except (aiohttp.ClientError, TimeoutError, OSError, ReplicationWireError) as error:
                 log.debug("fetch from broker %d failed: %r", leader, error)
+                await self._reset_client(leader)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_ERROR_BACKOFF_S)
                 continue
@@ -105,7 +133,7 @@ class ReplicaFetcherManager:
                 await asyncio.sleep(ERROR_BACKOFF_S)
 
     async def _fetch(
-        self, host: str, port: int, partitions: list[Partition]
+        self, leader: int, host: str, port: int, partitions: list[Partition]
     ) -> list[PartitionData]:
         body: dict[str, Any] = {
             "replica_id": self._broker_id,
@@ -126,8 +154,12 @@ class ReplicaFetcherManager:
                 for p in partitions
             ],
         }
-        timeout = aiohttp.ClientTimeout(total=FETCH_MAX_WAIT_MS / 1000 + 10, sock_connect=1.0)
-        async with self._client().post(
+        # Well under replica_lag_time_max_ms: a hung request must fail and be retried before the
+        # leader counts this follower as lagging.
+        timeout = aiohttp.ClientTimeout(
+            total=FETCH_MAX_WAIT_MS / 1000 + FETCH_TIMEOUT_MARGIN_S, sock_connect=1.0
+        )
+        async with self._client(leader).post(
             f"http://{host}:{port}/replication/fetch", json=body, timeout=timeout
         ) as response:
             payload = await response.read()

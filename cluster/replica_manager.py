@@ -112,7 +112,10 @@ class ReplicaManager:
         if first_image:
             self._remove_stray_directories()
         for listener in self._image_listeners:
-            listener(new_image)
+            try:
+                listener(new_image)
+            except Exception:
+                log.exception("image listener %r failed", listener)
 
     def _set_role(
         self, topic: TopicImage, index: int, state: PartitionState, *, is_leader: bool

@@ -1,4 +1,5 @@
-"""``Admin``: topics, configs, partitions, offsets and the cluster description (synchronous).
+"""``Admin``: topics, configs, partitions, offsets, consumer groups and the cluster description
+(synchronous).
 
     with Admin("127.0.0.1:9092") as admin:
         admin.create_topic("orders", partitions=3, configs={"retention.ms": "3600000"})
@@ -6,7 +7,9 @@
 
 CreateTopics, DeleteTopics and CreatePartitions go to the controller (Metadata
 ``controller_id``), as Kafka's admin client sends them, and are retried on NOT_CONTROLLER.
-Describe calls go to any broker. Every broker error is raised as the typed exception of
+Describe calls go to any broker. Group operations go to the group's coordinator (found with
+FindCoordinator and looked up again when it moves), except ListGroups, which every broker
+answers for the groups it coordinates. Every broker error is raised as the typed exception of
 ``flux.sdk.errors``, carrying the broker's ``error_message``.
 
 Thread-safety: none; one ``Admin`` per thread.
@@ -23,10 +26,21 @@ from flux.protocol.api import ApiKey
 from flux.protocol.errors import ErrorCode
 
 from . import limits
-from .cluster_client import LEADER_RETRY_CODES, ClusterClient
+from ._group_requests import (
+    describe_groups_body,
+    offset_commit_body,
+    offset_fetch_body,
+    read_described_group,
+    read_offset_commit,
+    read_offset_fetch,
+)
+from .cluster_client import COORDINATOR_RETRY_CODES, LEADER_RETRY_CODES, ClusterClient
+from .consumer_protocol import decode_assignment
 from .errors import (
     ConfigurationError,
     FluxError,
+    GroupNotEmptyError,
+    KafkaError,
     LeaderNotAvailableError,
     UnknownTopicError,
     error_for,
@@ -38,6 +52,9 @@ __all__ = [
     "BrokerDescription",
     "ClusterDescription",
     "ConfigEntry",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
     "PartitionDescription",
     "TopicDescription",
     "list_offsets",
@@ -105,6 +122,51 @@ class ClusterDescription:
     cluster_id: str | None
     controller_id: int
     brokers: list[BrokerDescription]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One group as ListGroups reports it (``state`` is None from brokers before v4)."""
+
+    group_id: str
+    protocol_type: str
+    state: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """A group member; ``assignment`` is decoded for ``consumer`` groups (else empty)."""
+
+    member_id: str
+    client_id: str
+    host: str
+    assignment: dict[str, list[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group, its committed offsets and its lag.
+
+    ``offsets``: committed offset per (topic, partition). ``high_watermarks`` and ``lag`` cover
+    every partition with a committed offset or assigned to a member: lag is the high
+    watermark minus the committed offset, or minus the log start offset when nothing is
+    committed (everything retained is still to be read).
+    """
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[MemberDescription]
+    offsets: dict[tuple[str, int], int]
+    high_watermarks: dict[tuple[str, int], int]
+    lag: dict[tuple[str, int], int]
+
+    def owner_of(self, topic: str, partition: int) -> MemberDescription | None:
+        for member in self.members:
+            if partition in member.assignment.get(topic, ()):
+                return member
+        return None
 
 
 class Admin:
@@ -320,6 +382,166 @@ class Admin:
             for partition, offset in offsets.items():
                 answers[partition][broker] = offset
         return answers
+
+    # -- consumer groups -------------------------------------------------------------------
+
+    def list_groups(self) -> list[GroupListing]:
+        """Every group of the cluster: ListGroups to each broker (each lists the groups it
+        coordinates), merged and sorted by id."""
+        self.client.refresh()
+        found: dict[str, GroupListing] = {}
+        for node_id in sorted(self.client.metadata.snapshot.brokers):
+            listings = self.client.retrying(
+                lambda node_id=node_id: self.client.send_once(
+                    node_id, ApiKey.LIST_GROUPS, {"states_filter": []}, _read_group_listings
+                ),
+                retry_codes=COORDINATOR_RETRY_CODES,
+                what=f"ListGroups to broker {node_id}",
+            )
+            for listing in listings:
+                found.setdefault(listing.group_id, listing)
+        return [found[group_id] for group_id in sorted(found)]
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """State, members with their assignments, committed offsets, high watermarks and lag.
+
+        A group that does not exist is described in state ``Dead`` with nothing in it."""
+        group = self.client.call_coordinator(
+            group_id,
+            ApiKey.DESCRIBE_GROUPS,
+            describe_groups_body([group_id]),
+            lambda response, version: read_described_group(response, version, group_id),
+        )
+        committed = self.committed_offsets(group_id)
+        consumer = group["protocol_type"] == "consumer"
+        members = [
+            MemberDescription(
+                member_id=member["member_id"],
+                client_id=member["client_id"],
+                host=member["client_host"],
+                assignment=(
+                    decode_assignment(member["member_assignment"]).assigned
+                    if consumer and member["member_assignment"]
+                    else {}
+                ),
+            )
+            for member in group["members"]
+        ]
+        partitions = set(committed)
+        for member in members:
+            partitions.update((t, p) for t, ps in member.assignment.items() for p in ps)
+        high_watermarks: dict[tuple[str, int], int] = {}
+        lag: dict[tuple[str, int], int] = {}
+        for topic in sorted({topic for topic, _ in partitions}):
+            try:
+                ends = self.high_watermarks(topic)
+                starts = self.earliest_offsets(topic)
+            except UnknownTopicError:
+                continue  # offsets committed for a topic deleted since
+            for t, partition in partitions:
+                if t != topic or partition not in ends:
+                    continue
+                high_watermarks[(topic, partition)] = ends[partition]
+                base = committed.get((topic, partition), starts[partition])
+                lag[(topic, partition)] = max(0, ends[partition] - base)
+        return GroupDescription(
+            group_id=group_id,
+            state=group["group_state"],
+            protocol_type=group["protocol_type"],
+            protocol=group["protocol_data"],
+            members=members,
+            offsets=dict(sorted(committed.items())),
+            high_watermarks=dict(sorted(high_watermarks.items())),
+            lag=dict(sorted(lag.items())),
+        )
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> committed offset, for every partition the group committed."""
+        return self.client.call_coordinator(
+            group_id, ApiKey.OFFSET_FETCH, offset_fetch_body(group_id, None), read_offset_fetch
+        )
+
+    def reset_offsets(
+        self, group_id: str, topic: str, *, to: str | int = "earliest"
+    ) -> dict[int, int]:
+        """Commit new offsets for every partition of ``topic``: ``"earliest"`` (log start),
+        ``"latest"`` (high watermark) or an offset (clamped into each partition's range).
+        Returns partition -> committed offset.
+
+        Only a group without active members can be reset (the commit carries no generation);
+        otherwise ``GroupNotEmptyError`` says how many members are active."""
+        if isinstance(to, bool) or not (isinstance(to, int) or to in ("earliest", "latest")):
+            raise ConfigurationError(f"to must be 'earliest', 'latest' or an offset, got {to!r}")
+        if isinstance(to, int) and to < 0:
+            raise ConfigurationError(f"offset {to} is negative")
+        self._require_empty(group_id)
+        starts = self.earliest_offsets(topic)
+        ends = self.high_watermarks(topic)
+        if to == "earliest":
+            targets = dict(starts)
+        elif to == "latest":
+            targets = dict(ends)
+        else:
+            targets = {p: min(max(int(to), starts[p]), ends[p]) for p in ends}
+        body = offset_commit_body(
+            group_id,
+            generation_id=-1,
+            member_id="",
+            offsets={(topic, partition): offset for partition, offset in targets.items()},
+        )
+        try:
+            self.client.call_coordinator(group_id, ApiKey.OFFSET_COMMIT, body, read_offset_commit)
+        except KafkaError as error:
+            if error.code is ErrorCode.UNKNOWN_MEMBER_ID:
+                # The coordinator refuses a generation-less commit while members are active.
+                raise GroupNotEmptyError(
+                    ErrorCode.NON_EMPTY_GROUP,
+                    f"cannot reset the offsets of group {group_id!r}: members are active "
+                    "(stop its consumers first)",
+                ) from error
+            raise
+        return dict(sorted(targets.items()))
+
+    def _require_empty(self, group_id: str) -> None:
+        group = self.client.call_coordinator(
+            group_id,
+            ApiKey.DESCRIBE_GROUPS,
+            describe_groups_body([group_id]),
+            lambda response, version: read_described_group(response, version, group_id),
+        )
+        if group["group_state"] not in ("Empty", "Dead") or group["members"]:
+            raise GroupNotEmptyError(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"cannot reset the offsets of group {group_id!r}: {len(group['members'])} "
+                f"members are active (state {group['group_state']}); stop its consumers first",
+            )
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete a group without members and its committed offsets (``GroupNotEmptyError``
+        while members are active, ``GroupNotFoundError`` if there is no such group)."""
+
+        def read(response: dict[str, Any], _: int) -> None:
+            for result in response["results"]:
+                if result["group_id"] == group_id:
+                    _raise_for(result["error_code"], context=f"deleting group {group_id!r}")
+                    return
+            raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for group {group_id!r}")
+
+        self.client.call_coordinator(
+            group_id, ApiKey.DELETE_GROUPS, {"groups_names": [group_id]}, read
+        )
+
+
+def _read_group_listings(response: dict[str, Any], version: int) -> list[GroupListing]:
+    _raise_for(response["error_code"], context="ListGroups")
+    return [
+        GroupListing(
+            group_id=group["group_id"],
+            protocol_type=group["protocol_type"],
+            state=group.get("group_state") if version >= 4 else None,
+        )
+        for group in response["groups"]
+    ]
 
 
 # -- shared with the simple consumer ----------------------------------------------------------

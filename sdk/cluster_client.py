@@ -12,6 +12,9 @@
 * **Metadata** lives in a ``ClusterMetadata`` (pure, shared with the async client to come):
   ``refresh()`` asks any reachable broker — open connections first, then other known brokers,
   then the bootstrap addresses again — so losing the bootstrap broker does not matter.
+* **Group coordinators**: ``call_coordinator(group_id, ...)`` sends to the broker FindCoordinator
+  names for the group (cached per group); COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, a
+  coordinator still loading and lost connections forget the cached coordinator and retry.
 * **Retries**: ``call_leader`` / ``call_controller`` / ``call_any`` send one request and, on a
   connection failure or a routing error (not leader, leader not available, fenced or unknown
   leader epoch, not controller, and for a short while unknown topic), drop the dead connection,
@@ -37,11 +40,13 @@ from flux.sdk.wire import KafkaConnection
 from . import limits
 from .errors import (
     ConfigurationError,
+    CoordinatorError,
     FluxConnectionError,
     FluxProtocolError,
     FluxTimeoutError,
     KafkaError,
     UnsupportedVersionError,
+    error_for,
 )
 from .metadata import (
     Address,
@@ -58,6 +63,7 @@ from .metadata import (
 
 __all__ = [
     "CONTROLLER_RETRY_CODES",
+    "COORDINATOR_RETRY_CODES",
     "LEADER_RETRY_CODES",
     "BrokerConnection",
     "ClusterClient",
@@ -80,6 +86,14 @@ LEADER_RETRY_CODES = frozenset(
 )
 #: The same for requests that must reach the controller (CreateTopics, DeleteTopics, ...).
 CONTROLLER_RETRY_CODES = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.BROKER_NOT_AVAILABLE})
+#: ... and for requests to a group coordinator: find the coordinator again, retry.
+COORDINATOR_RETRY_CODES = frozenset(
+    {
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 
 _CLIENT_SOFTWARE_NAME = "flux-sdk"
 _CLIENT_SOFTWARE_VERSION = "0.1.0"
@@ -239,6 +253,8 @@ class ClusterClient:
         # When each broker last failed to connect or answer: brokers are tried least recently
         # failed first, so a dead broker still listed in metadata is not picked every time.
         self._failed_at: dict[int, float] = {}
+        # Group id -> the node FindCoordinator named; forgotten when it stops coordinating.
+        self._coordinators: dict[str, int] = {}
         self._closed = False
 
     def __enter__(self) -> ClusterClient:
@@ -416,16 +432,18 @@ class ClusterClient:
         handle: Handler[T],
         *,
         expect_response: bool = True,
+        retry_codes: frozenset[ErrorCode] = LEADER_RETRY_CODES,
     ) -> T:
         """Send to the leader of ``topic``-``partition``; ``handle(response, version)`` reads
         the answer and raises the typed error for a partition error code. Retries as the
-        module docstring says. With ``expect_response=False`` ``handle`` gets ``{}``."""
+        module docstring says (``retry_codes``: an idempotent producer retries more). With
+        ``expect_response=False`` ``handle`` gets ``{}``."""
         return self._call(
             lambda: self.leader_for(topic, partition).node_id,
             api_key,
             body,
             handle,
-            retry_codes=LEADER_RETRY_CODES,
+            retry_codes=retry_codes,
             what=f"{_api_label(api_key)} to the leader of {topic}-{partition}",
             expect_response=expect_response,
         )
@@ -462,6 +480,64 @@ class ClusterClient:
             handle,
             retry_codes=retry_codes,
             what=_api_label(api_key),
+        )
+
+    def coordinator_for(self, group_id: str) -> int:
+        """The node id of ``group_id``'s coordinator: cached, else one FindCoordinator to any
+        broker (no retries; ``CoordinatorError`` while the coordinator is not available)."""
+        brokers = self.metadata.snapshot.brokers
+        cached = self._coordinators.get(group_id)
+        if cached is not None and cached in brokers:
+            return cached
+        node_id = self.send_once(
+            self._any_node(),
+            ApiKey.FIND_COORDINATOR,
+            lambda version: _find_coordinator_body(group_id, version),
+            lambda response, version: _read_coordinator(response, version, group_id),
+        )
+        if node_id not in self.metadata.snapshot.brokers:
+            self.refresh()
+            if node_id not in self.metadata.snapshot.brokers:
+                raise CoordinatorError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"the coordinator of group {group_id!r}, broker {node_id}, is not in the "
+                    "cluster metadata",
+                )
+        self._coordinators[group_id] = node_id
+        return node_id
+
+    def forget_coordinator(self, group_id: str) -> None:
+        self._coordinators.pop(group_id, None)
+
+    def call_coordinator(
+        self,
+        group_id: str,
+        api_key: int,
+        body: Body,
+        handle: Handler[T],
+        *,
+        retry_codes: frozenset[ErrorCode] = frozenset(),
+    ) -> T:
+        """Send to ``group_id``'s coordinator; ``handle`` raises the typed error for the
+        response's error code. Retried (with a new coordinator lookup) on connection failures
+        and ``COORDINATOR_RETRY_CODES``, and on ``retry_codes``."""
+
+        def attempt() -> T:
+            node_id = self.coordinator_for(group_id)
+            try:
+                return self.send_once(node_id, api_key, body, handle)
+            except KafkaError as error:
+                if error.code in COORDINATOR_RETRY_CODES:
+                    self.forget_coordinator(group_id)
+                raise
+            except (FluxConnectionError, FluxTimeoutError):
+                self.forget_coordinator(group_id)
+                raise
+
+        return self.retrying(
+            attempt,
+            retry_codes=retry_codes | COORDINATOR_RETRY_CODES,
+            what=f"{_api_label(api_key)} to the coordinator of group {group_id!r}",
         )
 
     def call_metadata(self, topics: Iterable[str] | None, handle: Handler[T]) -> T:
@@ -546,6 +622,32 @@ class ClusterClient:
                 self.refresh()
             except FluxConnectionError:
                 pass  # the next attempt fails the same way and is counted
+
+
+def _find_coordinator_body(group_id: str, version: int) -> dict[str, Any]:
+    if version >= 4:
+        return {"key_type": 0, "coordinator_keys": [group_id]}
+    return {"key": group_id, "key_type": 0}
+
+
+def _read_coordinator(response: dict[str, Any], version: int, group_id: str) -> int:
+    if version >= 4:
+        answers = [c for c in response["coordinators"] if c["key"] == group_id]
+        if not answers:
+            raise CoordinatorError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator answer for {group_id!r}"
+            )
+        answer = answers[0]
+    else:
+        answer = response
+    code = ErrorCode.from_code(answer["error_code"])
+    if code is not ErrorCode.NONE:
+        raise error_for(
+            code,
+            f"finding the coordinator of group {group_id!r}: "
+            + (answer.get("error_message") or code.message),
+        )
+    return int(answer["node_id"])
 
 
 def _addresses_of(error: Exception) -> dict[str, Any]:

@@ -40,6 +40,8 @@ Exception tree (everything the SDK raises on purpose derives from ``FluxError``)
         │                                    coordinator)
         ├── GroupMembershipError            22, 25, 27 (illegal generation, unknown member,
         │                                    rebalance in progress)
+        ├── GroupNotEmptyError              68 NON_EMPTY_GROUP (members are active)
+        ├── GroupNotFoundError              69 GROUP_ID_NOT_FOUND
         ├── ProducerStateError              45, 46, 47, 59, 90 (sequence and epoch errors)
         └── UnknownServerError              -1
         (every other code raises a plain ``KafkaError``)
@@ -69,6 +71,8 @@ __all__ = [
     "FluxProtocolError",
     "FluxTimeoutError",
     "GroupMembershipError",
+    "GroupNotEmptyError",
+    "GroupNotFoundError",
     "InvalidConfigError",
     "InvalidPartitionsError",
     "InvalidReplicaAssignmentError",
@@ -262,6 +266,14 @@ class GroupMembershipError(KafkaError):
     """The member's generation or id is stale, or the group is rebalancing."""
 
 
+class GroupNotEmptyError(KafkaError):
+    """The group has active members, so it cannot be deleted or have its offsets reset."""
+
+
+class GroupNotFoundError(KafkaError):
+    """The group does not exist (no members and no committed offsets)."""
+
+
 class ProducerStateError(KafkaError):
     """A producer's sequence number or epoch was rejected."""
 
@@ -294,6 +306,8 @@ ERROR_CLASSES: dict[ErrorCode, type[KafkaError]] = {
     ErrorCode.ILLEGAL_GENERATION: GroupMembershipError,
     ErrorCode.UNKNOWN_MEMBER_ID: GroupMembershipError,
     ErrorCode.REBALANCE_IN_PROGRESS: GroupMembershipError,
+    ErrorCode.NON_EMPTY_GROUP: GroupNotEmptyError,
+    ErrorCode.GROUP_ID_NOT_FOUND: GroupNotFoundError,
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: AuthorizationError,
     ErrorCode.GROUP_AUTHORIZATION_FAILED: AuthorizationError,
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: AuthorizationError,

@@ -63,6 +63,20 @@ CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = MappingProxyType(
         ApiKey.DESCRIBE_CONFIGS: (1, 4),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 3),
+        # Consumer groups (flux.sdk.groups and Admin): FindCoordinator v4 batches keys,
+        # JoinGroup v4+ answers MEMBER_ID_REQUIRED, OffsetFetch v8 nests groups (not used).
+        ApiKey.FIND_COORDINATOR: (1, 4),
+        ApiKey.JOIN_GROUP: (4, 7),
+        ApiKey.SYNC_GROUP: (3, 5),
+        ApiKey.HEARTBEAT: (1, 4),
+        ApiKey.LEAVE_GROUP: (1, 4),
+        ApiKey.OFFSET_COMMIT: (2, 8),
+        ApiKey.OFFSET_FETCH: (2, 7),
+        ApiKey.LIST_GROUPS: (1, 4),
+        ApiKey.DESCRIBE_GROUPS: (1, 5),
+        ApiKey.DELETE_GROUPS: (0, 2),
+        # Idempotent SimpleProducer.
+        ApiKey.INIT_PRODUCER_ID: (0, 4),
     }
 )
 

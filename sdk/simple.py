@@ -13,6 +13,14 @@ connections are retried by ``ClusterClient``; without idempotence a batch retrie
 connection may be written twice. The batching, idempotent async producer replaces this one for
 throughput; these classes exist for tools, tests and scripts.
 
+With ``idempotent=True`` the producer gets a producer id (InitProducerId) on its first send,
+numbers each partition's records with sequence numbers, forces ``acks=-1`` and retries the
+*same* batch (same sequence) on lost connections, leader moves and the broker's retriable
+replication errors: the leader recognises a batch it already wrote and answers with its
+offset instead of writing it again. When a send fails for good, whether the batch was written
+is unknown; the producer then takes a new producer id, so later batches cannot be mistaken
+for it.
+
 Thread-safety: none; one instance per thread.
 """
 
@@ -29,8 +37,8 @@ from flux.protocol.records import RecordInput, RecordSpec, build_batch, decode_r
 
 from . import limits
 from .admin import list_offsets
-from .cluster_client import ClusterClient
-from .errors import ConfigurationError, FluxProtocolError, error_for
+from .cluster_client import COORDINATOR_RETRY_CODES, LEADER_RETRY_CODES, ClusterClient
+from .errors import ConfigurationError, FluxError, FluxProtocolError, error_for
 from .metadata import RetryPolicy
 
 __all__ = [
@@ -45,6 +53,17 @@ HeadersInput = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | st
 
 _EARLIEST_TIMESTAMP = -2
 _LATEST_TIMESTAMP = -1
+#: Sequence numbers are int32 and wrap to 0 after the largest (as in Kafka).
+_SEQUENCE_MODULUS = 1 << 31
+#: An idempotent batch is also retried on these: the broker deduplicates the second copy.
+IDEMPOTENT_RETRY_CODES = LEADER_RETRY_CODES | frozenset(
+    {
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,21 +103,41 @@ def _headers(headers: HeadersInput | None) -> tuple[tuple[str, bytes | None], ..
     return tuple((str(name), _as_bytes(value)) for name, value in items)
 
 
+@dataclass(frozen=True, slots=True)
+class _PreparedBatch:
+    """A Produce request for one batch, built once so every retry sends the same bytes."""
+
+    topic: str
+    partition: int
+    body: dict[str, Any]
+
+
 class SimpleProducer:
-    """Sends one batch per call to the partition leader and waits for the acknowledgement."""
+    """Sends one batch per call to the partition leader and waits for the acknowledgement.
+
+    ``acks`` defaults to 1, or -1 with ``idempotent`` (which requires -1)."""
 
     def __init__(
         self,
         bootstrap: str,
         *,
-        acks: int = 1,
+        acks: int | None = None,
         client_id: str = "flux-producer",
         timeout_s: float = limits.RETRY_TIMEOUT_S,
         allow_auto_topic_creation: bool = True,
+        idempotent: bool = False,
     ) -> None:
+        if acks is None:
+            acks = -1 if idempotent else 1
         if acks not in (-1, 0, 1):
             raise ConfigurationError(f"acks must be -1 (all), 0 or 1, got {acks}")
+        if idempotent and acks != -1:
+            raise ConfigurationError(f"an idempotent producer needs acks=-1 (all), got {acks}")
         self.acks = acks
+        self.idempotent = idempotent
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._sequences: dict[tuple[str, int], int] = {}
         self.timeout_s = timeout_s
         self.client = ClusterClient(
             bootstrap,
@@ -154,7 +193,37 @@ class SimpleProducer:
             raise ConfigurationError(
                 f"{len(records)} records exceed the batch limit of {limits.SEND_BATCH_RECORDS_MAX}"
             )
-        batch = build_batch(records)
+        prepared = self._prepare(topic, partition, records)
+        if self.acks == 0:
+            self.client.call_leader(
+                topic,
+                partition,
+                ApiKey.PRODUCE,
+                prepared.body,
+                lambda _r, _v: None,
+                expect_response=False,
+            )
+            return -1
+        return self._deliver(prepared)
+
+    def _prepare(
+        self, topic: str, partition: int, records: Sequence[RecordInput]
+    ) -> _PreparedBatch:
+        """Build the batch; an idempotent producer numbers it with the partition's next
+        sequence numbers (consumed here, whatever the delivery's outcome)."""
+        if self.idempotent:
+            self._ensure_producer_id()
+            key = (topic, partition)
+            sequence = self._sequences.get(key, 0)
+            batch = build_batch(
+                records,
+                producer_id=self._producer_id,
+                producer_epoch=self._producer_epoch,
+                base_sequence=sequence,
+            )
+            self._sequences[key] = (sequence + len(records)) % _SEQUENCE_MODULUS
+        else:
+            batch = build_batch(records)
         body = {
             "transactional_id": None,
             "acks": self.acks,
@@ -163,20 +232,64 @@ class SimpleProducer:
                 {"name": topic, "partition_data": [{"index": partition, "records": batch}]}
             ],
         }
-        if self.acks == 0:
-            self.client.call_leader(
-                topic, partition, ApiKey.PRODUCE, body, lambda _r, _v: None, expect_response=False
+        return _PreparedBatch(topic, partition, body)
+
+    def _deliver(self, prepared: _PreparedBatch) -> int:
+        """Send a prepared batch, retried as the producer's mode allows; its base offset."""
+        if not self.idempotent:
+            return self.client.call_leader(
+                prepared.topic,
+                prepared.partition,
+                ApiKey.PRODUCE,
+                prepared.body,
+                lambda response, _: _base_offset(response),
             )
-            return -1
-        return self.client.call_leader(
-            topic, partition, ApiKey.PRODUCE, body, lambda response, _: _base_offset(response)
+        try:
+            return self.client.call_leader(
+                prepared.topic,
+                prepared.partition,
+                ApiKey.PRODUCE,
+                prepared.body,
+                lambda response, _: _base_offset(response, duplicate_ok=True),
+                retry_codes=IDEMPOTENT_RETRY_CODES,
+            )
+        except FluxError:
+            # Written or not, nobody knows: a fresh producer id keeps later sequences apart.
+            self._producer_id = -1
+            self._producer_epoch = -1
+            self._sequences.clear()
+            raise
+
+    def _ensure_producer_id(self) -> None:
+        if self._producer_id >= 0:
+            return
+        body = {
+            "transactional_id": None,
+            "transaction_timeout_ms": 60_000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+
+        def read(response: dict[str, Any], _: int) -> tuple[int, int]:
+            code = ErrorCode.from_code(response["error_code"])
+            if code is not ErrorCode.NONE:
+                raise error_for(code, f"InitProducerId: {code.message}")
+            return int(response["producer_id"]), int(response["producer_epoch"])
+
+        self._producer_id, self._producer_epoch = self.client.call_any(
+            ApiKey.INIT_PRODUCER_ID, body, read, retry_codes=COORDINATOR_RETRY_CODES
         )
+        self._sequences.clear()
 
 
-def _base_offset(response: dict[str, Any]) -> int:
+def _base_offset(response: dict[str, Any], *, duplicate_ok: bool = False) -> int:
+    """The base offset of the one batch sent; with ``duplicate_ok`` a batch the broker had
+    already written (DUPLICATE_SEQUENCE_NUMBER) counts as delivered."""
     (topic,) = response["responses"]
     (result,) = topic["partition_responses"]
     code = result["error_code"]
+    if duplicate_ok and code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+        return int(result["base_offset"])
     if code != ErrorCode.NONE:
         error_code = ErrorCode.from_code(code)
         message = result.get("error_message") or (
@@ -311,9 +424,17 @@ def _fetched_records(
     if code != ErrorCode.NONE:
         error_code = ErrorCode.from_code(code)
         raise error_for(error_code, f"{topic}-{partition} at offset {offset}: {error_code.message}")
+    return decode_fetched(result["records"], topic, partition, offset)
+
+
+def decode_fetched(
+    records_data: bytes | None, topic: str, partition: int, offset: int
+) -> list[ConsumedRecord]:
+    """The records of one partition's Fetch answer from ``offset`` on (control batches and
+    records below ``offset`` skipped). ``FluxProtocolError`` for a corrupt batch."""
     records: list[ConsumedRecord] = []
     try:
-        for header, batch in iter_batches(result["records"] or b""):
+        for header, batch in iter_batches(records_data or b""):
             if header.is_control or header.next_offset <= offset:
                 continue
             for record in decode_records(batch):

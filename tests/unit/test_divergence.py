@@ -112,3 +112,20 @@ def test_high_watermark_waits_for_the_isr(tmp_path: Path) -> None:
     leader.update_state(_state(leader=1, epoch=0, isr=(1,)))
     leader.append_as_leader(build_batch([(None, b"c", ())]))
     assert leader.high_watermark == 3  # alone in the ISR, the leader commits by itself
+
+
+def test_follower_whose_epoch_the_leader_never_saw_still_catches_up(tmp_path: Path) -> None:
+    """A follower that led an epoch in which nothing was written asks with that epoch; the new
+    leader never saw it. With nothing to compare, the follower is served and counted as caught
+    up (before the fix it was told to diverge at -1 forever and fell out of the ISR)."""
+    old, new = _partition(tmp_path, 1), _partition(tmp_path, 2)
+    old.become_leader(_state(leader=1, epoch=1))  # leads epoch 1, appends nothing
+    new.become_leader(_state(leader=2, epoch=2))
+    old.become_follower(_state(leader=2, epoch=2))
+    answer = new.serve_follower_fetch(1, fetch_offset=0, last_fetched_epoch=1, max_bytes=1 << 20)
+    assert answer.error_code == 0 and answer.diverging_epoch < 0 and answer.diverging_end_offset < 0
+    assert new.followers[1].log_end_offset == 0  # the fetch was recorded
+    new.append_as_leader(build_batch([(None, b"after", ())]))
+    _replicate(new, old)
+    assert _values(old) == _values(new)
+    assert old.epochs.entries == new.epochs.entries == [(2, 0)]
