@@ -14,16 +14,27 @@ import pytest
 from flux.cluster.launcher import NodeProcess, write_node_config
 from flux.protocol.errors import ErrorCode
 
-from tests.integration.cluster_helpers import active_controller, live_brokers, metadata, partitions
+from tests.integration.cluster_helpers import (
+    active_controller,
+    controller_status,
+    live_brokers,
+    metadata,
+    partitions,
+)
 from tests.integration.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def _call(address: str, method: str, path: str, body: Any = None, *, raw: bytes | None = None) -> tuple[int, dict]:
+def _call(
+    address: str, method: str, path: str, body: Any = None, *, raw: bytes | None = None
+) -> tuple[int, dict]:
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     request = urllib.request.Request(
-        f"http://{address}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+        f"http://{address}{path}",
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json"},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:
@@ -37,16 +48,29 @@ def test_admin_operations_and_leader_hints(cluster_factory) -> None:
     active = wait_until(lambda: active_controller(nodes))
     standby = next(node for node in nodes if node is not active)
     active_http = active.ready["controller_http"]
+    # A standby learns who leads from Raft traffic; give it that before asking for a hint.
+    wait_until(lambda: (controller_status(standby) or {}).get("leader_id") == active.node_id)
 
-    status, answer = _call(standby.ready["controller_http"], "POST", "/controller/topics", {"name": "via-standby"})
+    status, answer = _call(
+        standby.ready["controller_http"], "POST", "/controller/topics", {"name": "via-standby"}
+    )
     assert status == 421
     assert answer["error_code"] == ErrorCode.NOT_CONTROLLER
     assert (answer["leader_id"], answer["leader_http"]) == (active.node_id, active_http)
 
-    status, answer = _call(active_http, "POST", "/controller/topics", {"name": "admin", "num_partitions": 3, "replication_factor": 3})
+    status, answer = _call(
+        active_http,
+        "POST",
+        "/controller/topics",
+        {"name": "admin", "num_partitions": 3, "replication_factor": 3},
+    )
     assert (status, answer["error_code"]) == (200, 0)
     version = answer["version"]
-    status, answer = _call(standby.ready["controller_http"], "GET", f"/controller/metadata?version={version - 1}&wait_ms=5000")
+    status, answer = _call(
+        standby.ready["controller_http"],
+        "GET",
+        f"/controller/metadata?version={version - 1}&wait_ms=5000",
+    )
     assert status == 200 and answer["version"] >= version
     assert "admin" in answer["image"]["topics"] or any(
         topic.get("name") == "admin" for topic in answer["image"]["topics"]
@@ -56,7 +80,9 @@ def test_admin_operations_and_leader_hints(cluster_factory) -> None:
     # for a manual preferred-leader election once it is back (the automatic one may beat us:
     # either way the preferred replica leads again).
     preferred = partitions(active, "admin")[0]["replica_nodes"][0]
-    status, answer = _call(active_http, "POST", "/controller/elect-leaders", {"partitions": [["admin", 0]]})
+    status, answer = _call(
+        active_http, "POST", "/controller/elect-leaders", {"partitions": [["admin", 0]]}
+    )
     assert status == 200
     assert answer["error_code"] == 0
     assert partitions(active, "admin")[0]["leader_id"] == preferred
@@ -97,7 +123,12 @@ def test_controller_rejects_bad_topics_without_changing_metadata(cluster_factory
         status, answer = _call(http, "POST", "/controller/topics", body)
         assert (status, answer["error_code"]) == (200, expected), (body, answer)
         assert answer["error_message"]
-    status, answer = _call(http, "POST", "/controller/brokers/heartbeat", {"broker_id": 99, "incarnation_id": "x", "metadata_version": 0})
+    status, answer = _call(
+        http,
+        "POST",
+        "/controller/brokers/heartbeat",
+        {"broker_id": 99, "incarnation_id": "x", "metadata_version": 0},
+    )
     assert answer["error_code"] == ErrorCode.BROKER_ID_NOT_REGISTERED
     _, after = _call(http, "GET", "/controller/metadata?version=-1")
     assert after["image"]["topics"] == before["image"]["topics"]
@@ -113,14 +144,23 @@ def test_duplicate_broker_id_newer_registration_wins(cluster_factory, tmp_path: 
     write_node_config(
         impostor_dir / "node.toml",
         {
-            "node": {"id": original.node_id, "roles": ["broker"], "data_dir": str(impostor_dir / "data")},
+            "node": {
+                "id": original.node_id,
+                "roles": ["broker"],
+                "data_dir": str(impostor_dir / "data"),
+            },
             "broker": {"kafka_port": 0, "heartbeat_interval_ms": 200},
             "controller": {},
         },
     )
     with open(impostor_dir / "node.toml", "a") as file:
         file.write(voters_line + "\n")
-    impostor = NodeProcess(original.node_id, impostor_dir / "node.toml", impostor_dir / "data", impostor_dir / "node.log")
+    impostor = NodeProcess(
+        original.node_id,
+        impostor_dir / "node.toml",
+        impostor_dir / "data",
+        impostor_dir / "node.log",
+    )
     impostor.start()
     try:
         impostor.wait_ready()

@@ -93,6 +93,14 @@ def test_group_members_share_partitions_and_survive_a_killed_member(
             timeout_s=60,
         )
         assert described["protocol_type"] == "consumer"
+        from flux.sdk.consumer_protocol import decode_assignment
+
+        owned = [
+            partition
+            for member in described["members"]
+            for partition in decode_assignment(member["member_assignment"]).assigned.get("work", [])
+        ]
+        assert sorted(owned) == list(range(6)), "the two survivors own every partition once"
     finally:
         for member in members:
             member.terminate()
