@@ -125,8 +125,7 @@ def test_offsets(admin: Admin, broker) -> None:
 
 
 def test_create_partitions(admin: Admin) -> None:
-    if not admin.supports(ApiKey.CREATE_PARTITIONS):
-        pytest.skip("the broker does not advertise CreatePartitions (API key 37) yet")
+    assert admin.supports(ApiKey.CREATE_PARTITIONS)
     admin.create_topic("grow", partitions=1)
     admin.create_partitions("grow", 3)
     assert [p.partition for p in admin.describe_topic("grow").partitions] == [0, 1, 2]
@@ -263,14 +262,6 @@ def test_kafka_errors_carry_code_and_message(admin: Admin) -> None:
     assert not caught.value.retriable
 
 
-def _three_nodes(request):
-    try:
-        cluster_factory = request.getfixturevalue("cluster_factory")
-    except pytest.FixtureLookupError:
-        pytest.skip("no cluster_factory fixture: multi-node clusters are not available yet")
-    return cluster_factory(3)
-
-
 def _produce_across_failover(nodes) -> list:
     """Create ``ha`` (6 partitions, RF 3) and send b"before" to every partition through clients
     that know a single bootstrap broker; kill that broker; send b"after" to every partition.
@@ -307,20 +298,20 @@ def _produce_across_failover(nodes) -> list:
     return [node for node in nodes if node is not victim]
 
 
-def test_cluster_routing_and_bootstrap_failover(request) -> None:
+def test_cluster_routing_and_bootstrap_failover(cluster_factory) -> None:
     """Three nodes: requests reach each partition's leader and the controller; when the only
     bootstrap broker dies, metadata comes from the others and produce resumes on new leaders."""
     survivors = ",".join(
-        node.bootstrap_servers for node in _produce_across_failover(_three_nodes(request))
+        node.bootstrap_servers for node in _produce_across_failover(cluster_factory(3))
     )
     with SimpleConsumer(survivors) as consumer:
         values = [(r.partition, r.value) for r in consumer.read_all("ha")]
     assert {partition for partition, value in values if value == b"after"} == set(range(6))
 
 
-def test_acks_all_records_survive_leader_kill(request) -> None:
+def test_acks_all_records_survive_leader_kill(cluster_factory) -> None:
     survivors = ",".join(
-        node.bootstrap_servers for node in _produce_across_failover(_three_nodes(request))
+        node.bootstrap_servers for node in _produce_across_failover(cluster_factory(3))
     )
     with SimpleConsumer(survivors) as consumer:
         values = [(r.partition, r.value) for r in consumer.read_all("ha")]
