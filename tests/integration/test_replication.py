@@ -385,11 +385,18 @@ def _incarnation(node: NodeProcess, broker_id: int) -> str:
 
 
 def _topic_id(node: NodeProcess, name: str) -> str:
-    topics = _controller_image(node)["topics"]
-    entry = (
-        topics[name] if isinstance(topics, dict) else next(t for t in topics if t["name"] == name)
-    )
-    return entry["topic_id"]
+    """The topic id from ``node``'s controller, once it has applied the topic (a standby's
+    committed state may trail the active controller's by a moment)."""
+
+    def lookup() -> str | None:
+        topics = _controller_image(node)["topics"]
+        if isinstance(topics, dict):
+            entry = topics.get(name)
+        else:
+            entry = next((t for t in topics if t["name"] == name), None)
+        return entry["topic_id"] if entry else None
+
+    return wait_until(lookup)
 
 
 def test_follower_with_a_corrupt_tail_truncates_and_refetches(cluster_factory) -> None:
