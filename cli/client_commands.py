@@ -13,6 +13,9 @@ fluxctl consume orders --group billing                   as a group member, comm
 "value", "headers"}`` with keys, values and header values as UTF-8 strings (``null`` when
 absent; bytes that are not UTF-8 are escaped with backslashes).
 
+Both are built on ``flux.sdk``: ``Producer`` (acks 1 by default here, all with ``--idempotent``)
+and ``Consumer`` (manual assignment of every partition, or a group member with ``--group``).
+
 With ``--group`` the consumer joins the group, starts at the group's committed offsets (new
 groups: the log start with ``--from-beginning``, else the end) and commits after printing
 each batch, so the next ``consume --group`` goes on where this one stopped.
@@ -26,8 +29,7 @@ import time
 from typing import Any
 
 import click
-from flux.sdk.groups import GroupConsumer
-from flux.sdk.simple import ConsumedRecord, SimpleConsumer, SimpleProducer
+from flux.sdk import ConsumedRecord, Consumer, Message, Producer
 
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
 
@@ -89,21 +91,23 @@ def produce(
     records = [_split_key(line, key, key_separator) for line in lines]
     if acks is None:
         acks = "all" if idempotent else "1"
-    acks_number = -1 if acks in ("all", "-1") else int(acks)
+    messages = [
+        Message(value, key=record_key, headers=header_pairs, partition=partition)
+        for record_key, value in records
+    ]
+    if not messages:
+        return
     with (
         sdk_errors(),
-        SimpleProducer(
+        Producer(
             resolve_bootstrap(bootstrap),
-            acks=acks_number,
-            client_id="fluxctl",
-            timeout_s=timeout_s,
+            acks=acks,
             idempotent=idempotent,
+            client_id="fluxctl",
+            delivery_timeout_ms=timeout_s * 1000,
         ) as producer,
     ):
-        for record_key, value in records:
-            sent = producer.send(
-                topic_name, value, key=record_key, headers=header_pairs, partition=partition
-            )
+        for sent in producer.send(topic_name, messages):
             if as_json:
                 click.echo(json.dumps({"partition": sent.partition, "offset": sent.offset}))
             else:
@@ -161,34 +165,37 @@ def consume(
         return
     if idle_timeout is None:
         idle_timeout = 0.0 if from_beginning else float("inf")
-    printed = 0
     with (
         sdk_errors(),
-        SimpleConsumer(
-            resolve_bootstrap(bootstrap), client_id="fluxctl", timeout_s=timeout_s
+        Consumer(
+            resolve_bootstrap(bootstrap),
+            client_id="fluxctl",
+            read_old=from_beginning,
+            timeout_s=timeout_s,
+            fetch_max_wait_ms=_POLL_WAIT_MS,
         ) as consumer,
     ):
-        positions = (
-            consumer.earliest_offsets(topic_name)
-            if from_beginning
-            else consumer.high_watermarks(topic_name)
-        )
+        partitions = consumer.assign_topic(topic_name)
+        # "Read what is there": the end offsets now; with --idle-timeout 0 reading stops there.
+        ends = consumer.end_offsets(topic_name)
+        printed = 0
         last_record_at = time.monotonic()
         while max_records is None or printed < max_records:
-            got_any = False
-            for partition, position in sorted(positions.items()):
-                wait_ms = 0 if idle_timeout == 0 else _POLL_WAIT_MS // max(1, len(positions))
-                records = consumer.fetch(topic_name, partition, position, max_wait_ms=wait_ms)
-                for record in records:
-                    if max_records is not None and printed >= max_records:
-                        break
-                    _print_record(record, as_json)
-                    printed += 1
-                    positions[partition] = record.offset + 1
-                    got_any = True
-            if got_any:
-                last_record_at = time.monotonic()
-            elif time.monotonic() - last_record_at >= idle_timeout:
+            if idle_timeout == 0 and all(
+                consumer.position(tp) >= ends[tp.partition] for tp in partitions
+            ):
+                break
+            remaining = None if max_records is None else max_records - printed
+            records = consumer.poll(
+                timeout_s=_POLL_WAIT_MS / 1000, max_records=min(remaining or 500, 500)
+            )
+            for record in records:
+                _print_record(record, as_json)
+            printed += len(records)
+            now = time.monotonic()
+            if records:
+                last_record_at = now
+            elif idle_timeout and now - last_record_at >= idle_timeout:
                 break
 
 
@@ -208,13 +215,14 @@ def _consume_group(
     printed = 0
     with (
         sdk_errors(),
-        GroupConsumer(
+        Consumer(
             bootstrap,
-            group_id,
+            group_id=group_id,
             topics=[topic_name],
             client_id="fluxctl",
-            auto_offset_reset="earliest" if from_beginning else "latest",
+            read_old=from_beginning,
             timeout_s=timeout_s,
+            fetch_max_wait_ms=_POLL_WAIT_MS,
         ) as consumer,
     ):
         last_record_at: float | None = None

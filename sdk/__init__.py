@@ -1,22 +1,27 @@
-"""The Flux Python client, built on flux.protocol.
+"""The Flux Python client, built on flux.protocol: async-first, with sync twins of the same
+shape.
 
-Synchronous today (the async-first SDK with batching builds on the same pieces):
+* ``AsyncProducer`` / ``Producer`` — murmur2 key partitioning, batching (``linger_ms``,
+  ``batch_size``), compression, ``acks``, idempotence (on by default), bounded in-flight
+  requests and buffer, delivery futures and callbacks, ``flush``, message ids, headers; the
+  runtime API ``send(topic, messages, acks=...)``.
+* ``AsyncConsumer`` / ``Consumer`` — consumer groups with rebalance callbacks or manual
+  assignment, ``seek``, ``seek_to_beginning`` / ``seek_to_end``, ``read_old``, sync / async /
+  auto commits, ``poll`` / ``getmany``, iteration, and the runtime API
+  ``run(each_message=..., each_batch=..., on_assign=..., on_revoke=...)``.
+* ``AsyncAdmin`` / ``Admin`` — topics, partitions, configs, offsets, groups, the cluster.
+* ``ClusterClient`` — metadata-driven routing with bounded retries, under all of them.
+* ``flux.sdk.errors`` — the exception tree (``KafkaError`` subclasses carry the error code).
+* ``SimpleProducer`` / ``SimpleConsumer`` / ``GroupConsumer`` — earlier blocking APIs kept as
+  thin wrappers; ``flux.sdk.wire.KafkaConnection`` — a blocking one-request connection for
+  tests and tools that speak exact API versions.
 
-* ``flux.sdk.admin.Admin`` — topics, partitions, configs, offsets, consumer groups, cluster
-  description;
-* ``flux.sdk.simple.SimpleProducer`` (optionally idempotent) / ``SimpleConsumer`` — one
-  request per call;
-* ``flux.sdk.groups.GroupConsumer`` — a consumer-group member (join/sync, heartbeats,
-  commits), over ``flux.sdk.consumer_protocol`` (subscription/assignment codec, range
-  assignor);
-* ``flux.sdk.cluster_client.ClusterClient`` — metadata-driven routing with retries, over
-  ``flux.sdk.metadata`` (transport-independent cache, version negotiation, retry budget);
-* ``flux.sdk.errors`` — the exception tree; ``flux.sdk.wire.KafkaConnection`` — a blocking
-  one-request connection used by fluxctl, tests and benchmarks.
+See ``docs/sdk.md``.
 """
 
 from flux.sdk.admin import (
     Admin,
+    AsyncAdmin,
     BrokerDescription,
     ClusterDescription,
     ConfigEntry,
@@ -27,6 +32,7 @@ from flux.sdk.admin import (
     TopicDescription,
 )
 from flux.sdk.cluster_client import ClusterClient
+from flux.sdk.consumer import AsyncConsumer, Consumer
 from flux.sdk.consumer_protocol import (
     Assignment,
     Subscription,
@@ -45,20 +51,30 @@ from flux.sdk.errors import (
     GroupNotEmptyError,
     GroupNotFoundError,
     KafkaError,
+    MessageTooLargeError,
+    NotLeaderError,
+    TopicAlreadyExistsError,
+    UnknownTopicError,
 )
 from flux.sdk.groups import GroupConsumer
+from flux.sdk.messages import ConsumedRecord, Message, RecordMetadata, TopicPartition
 from flux.sdk.metadata import RetryPolicy
-from flux.sdk.simple import ConsumedRecord, RecordMetadata, SimpleConsumer, SimpleProducer
+from flux.sdk.producer import AsyncProducer, Producer
+from flux.sdk.simple import SimpleConsumer, SimpleProducer
 
 __all__ = [
     "Admin",
     "Assignment",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
     "BrokerDescription",
     "ClusterClient",
     "ClusterDescription",
     "ConfigEntry",
     "ConfigurationError",
     "ConsumedRecord",
+    "Consumer",
     "FluxConnectionError",
     "FluxError",
     "FluxTimeoutError",
@@ -70,13 +86,20 @@ __all__ = [
     "GroupNotFoundError",
     "KafkaError",
     "MemberDescription",
+    "Message",
+    "MessageTooLargeError",
+    "NotLeaderError",
     "PartitionDescription",
+    "Producer",
     "RecordMetadata",
     "RetryPolicy",
     "SimpleConsumer",
     "SimpleProducer",
     "Subscription",
+    "TopicAlreadyExistsError",
     "TopicDescription",
+    "TopicPartition",
+    "UnknownTopicError",
     "decode_assignment",
     "decode_subscription",
     "encode_assignment",

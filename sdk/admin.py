@@ -1,8 +1,9 @@
-"""``Admin``: topics, configs, partitions, offsets, consumer groups and the cluster description
-(synchronous).
+"""``AsyncAdmin`` and its synchronous twin ``Admin``: topics, configs, partitions, offsets,
+consumer groups and the cluster description.
 
+    async with AsyncAdmin("127.0.0.1:9092") as admin:
+        await admin.create_topic("orders", partitions=3, configs={"retention.ms": "3600000"})
     with Admin("127.0.0.1:9092") as admin:
-        admin.create_topic("orders", partitions=3, configs={"retention.ms": "3600000"})
         print(admin.describe_topic("orders").partitions[0].leader)
 
 CreateTopics, DeleteTopics and CreatePartitions go to the controller (Metadata
@@ -12,7 +13,11 @@ FindCoordinator and looked up again when it moves), except ListGroups, which eve
 answers for the groups it coordinates. Every broker error is raised as the typed exception of
 ``flux.sdk.errors``, carrying the broker's ``error_message``.
 
-Thread-safety: none; one ``Admin`` per thread.
+``Admin`` has the same methods, blocking: it runs an ``AsyncAdmin`` on its own event-loop
+thread (``flux.sdk._sync.LoopThread``).
+
+Thread-safety: an ``AsyncAdmin`` belongs to one event loop; an ``Admin`` may be shared by
+threads (calls are serialized on its loop).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ._group_requests import (
     read_offset_commit,
     read_offset_fetch,
 )
+from ._sync import LoopThread, SyncProxy
 from .cluster_client import COORDINATOR_RETRY_CODES, LEADER_RETRY_CODES, ClusterClient
 from .consumer_protocol import decode_assignment
 from .errors import (
@@ -49,6 +55,7 @@ from .metadata import RetryPolicy
 
 __all__ = [
     "Admin",
+    "AsyncAdmin",
     "BrokerDescription",
     "ClusterDescription",
     "ConfigEntry",
@@ -169,7 +176,7 @@ class GroupDescription:
         return None
 
 
-class Admin:
+class AsyncAdmin:
     """Administrative operations on a cluster. ``timeout_s`` bounds each operation's retries."""
 
     def __init__(
@@ -189,26 +196,26 @@ class Admin:
             retry=RetryPolicy(timeout_s=timeout_s),
         )
 
-    def __enter__(self) -> Admin:
+    async def __aenter__(self) -> AsyncAdmin:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
-    def close(self) -> None:
-        self.client.close()
+    async def close(self) -> None:
+        await self.client.close()
 
     @property
     def _timeout_ms(self) -> int:
         return int(self.timeout_s * 1000)
 
-    def supports(self, api_key: int) -> bool:
+    async def supports(self, api_key: int) -> bool:
         """Whether a broker advertises ``api_key`` in ApiVersions."""
-        return api_key in self.client.api_versions()
+        return api_key in await self.client.api_versions()
 
     # -- topics ----------------------------------------------------------------------------
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         partitions: int = -1,
@@ -235,7 +242,7 @@ class Admin:
             "timeout_ms": self._timeout_ms,
             "validate_only": validate_only,
         }
-        result = self.client.call_controller(
+        result = await self.client.call_controller(
             ApiKey.CREATE_TOPICS, body, lambda response, _: _single(response["topics"], name)
         )
         if validate_only:
@@ -248,9 +255,9 @@ class Admin:
                     PartitionDescription(index, -1, -1, [], [], []) for index in range(count)
                 ],
             )
-        return self._wait_described(name)
+        return await self._wait_described(name)
 
-    def _wait_described(self, name: str) -> TopicDescription:
+    async def _wait_described(self, name: str) -> TopicDescription:
         """Describe a topic just created: brokers learn of it from the controller, so its
         metadata may lag for a moment. Retried like any routing error, then raised."""
 
@@ -264,21 +271,21 @@ class Admin:
                 )
             return description
 
-        return self.client.call_any(
+        return await self.client.call_any(
             ApiKey.METADATA,
             _metadata_body([name]),
             describe,
             retry_codes=_NEW_TOPIC_RETRY_CODES,
         )
 
-    def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str) -> None:
         body = {"topics": [{"name": name}], "topic_names": [name], "timeout_ms": self._timeout_ms}
-        self.client.call_controller(
+        await self.client.call_controller(
             ApiKey.DELETE_TOPICS, body, lambda response, _: _single(response["responses"], name)
         )
         self.client.metadata.forget(name)
 
-    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+    async def list_topics(self, *, include_internal: bool = False) -> list[str]:
         """Names of every topic, sorted; internal topics (``__consumer_offsets``) only if asked."""
 
         def names(response: dict[str, Any], _: int) -> list[str]:
@@ -289,24 +296,26 @@ class Admin:
                 and (include_internal or not topic.get("is_internal", False))
             )
 
-        return self.client.call_metadata(None, names)
+        return await self.client.call_metadata(None, names)
 
-    def describe_topic(self, name: str) -> TopicDescription:
+    async def describe_topic(self, name: str) -> TopicDescription:
         """Partitions with leader, leader epoch, replicas, ISR and offline replicas.
 
         ``UnknownTopicError`` if the topic does not exist (never auto-creates it)."""
-        return self.client.call_metadata(
+        return await self.client.call_metadata(
             [name], lambda response, _: _describe_from_metadata(response, name)
         )
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    async def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False
+    ) -> None:
         """Grow ``name`` to ``total`` partitions (CreatePartitions, API key 37)."""
         body = {
             "topics": [{"name": name, "count": total, "assignments": None}],
             "timeout_ms": self._timeout_ms,
             "validate_only": validate_only,
         }
-        self.client.call_controller(
+        await self.client.call_controller(
             ApiKey.CREATE_PARTITIONS,
             body,
             lambda response, _: _single(response["results"], name),
@@ -314,7 +323,7 @@ class Admin:
 
     # -- configs and cluster ---------------------------------------------------------------
 
-    def describe_configs(self, topic: str) -> dict[str, ConfigEntry]:
+    async def describe_configs(self, topic: str) -> dict[str, ConfigEntry]:
         """Every configuration key of ``topic`` with its value and where it comes from."""
         body = {
             "resources": [
@@ -327,9 +336,9 @@ class Admin:
             "include_synonyms": False,
             "include_documentation": False,
         }
-        return self.client.call_any(ApiKey.DESCRIBE_CONFIGS, body, _read_configs)
+        return await self.client.call_any(ApiKey.DESCRIBE_CONFIGS, body, _read_configs)
 
-    def describe_cluster(self) -> ClusterDescription:
+    async def describe_cluster(self) -> ClusterDescription:
         body = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
 
         def read(response: dict[str, Any], _: int) -> ClusterDescription:
@@ -346,23 +355,23 @@ class Admin:
                 ),
             )
 
-        return self.client.call_any(ApiKey.DESCRIBE_CLUSTER, body, read)
+        return await self.client.call_any(ApiKey.DESCRIBE_CLUSTER, body, read)
 
     # -- offsets ---------------------------------------------------------------------------
 
-    def high_watermarks(self, topic: str) -> dict[int, int]:
+    async def high_watermarks(self, topic: str) -> dict[int, int]:
         """Partition -> high watermark (the offset the next record will get)."""
-        return list_offsets(self.client, topic, _LATEST_TIMESTAMP)
+        return await list_offsets(self.client, topic, _LATEST_TIMESTAMP)
 
-    def earliest_offsets(self, topic: str) -> dict[int, int]:
+    async def earliest_offsets(self, topic: str) -> dict[int, int]:
         """Partition -> log start offset."""
-        return list_offsets(self.client, topic, _EARLIEST_TIMESTAMP)
+        return await list_offsets(self.client, topic, _EARLIEST_TIMESTAMP)
 
-    def replica_log_end_offsets(self, topic: str) -> dict[int, dict[int, int | None]]:
+    async def replica_log_end_offsets(self, topic: str) -> dict[int, dict[int, int | None]]:
         """Partition -> {replica broker id -> that replica's log end offset}, asked of every
         replica (ListOffsets with Kafka's debugging replica id). ``None`` for a replica that
         did not answer (down, or not hosting the partition yet)."""
-        description = self.describe_topic(topic)
+        description = await self.describe_topic(topic)
         by_broker: dict[int, list[int]] = {}
         for partition in description.partitions:
             for replica in partition.replicas:
@@ -374,7 +383,7 @@ class Admin:
             body = _list_offsets_body(topic, partitions, _LATEST_TIMESTAMP)
             body["replica_id"] = _DEBUGGING_REPLICA_ID
             try:
-                offsets = self.client.send_once(
+                offsets = await self.client.send_once(
                     broker, ApiKey.LIST_OFFSETS, body, _read_offsets_lenient
                 )
             except FluxError:
@@ -385,13 +394,13 @@ class Admin:
 
     # -- consumer groups -------------------------------------------------------------------
 
-    def list_groups(self) -> list[GroupListing]:
+    async def list_groups(self) -> list[GroupListing]:
         """Every group of the cluster: ListGroups to each broker (each lists the groups it
         coordinates), merged and sorted by id."""
-        self.client.refresh()
+        await self.client.refresh()
         found: dict[str, GroupListing] = {}
         for node_id in sorted(self.client.metadata.snapshot.brokers):
-            listings = self.client.retrying(
+            listings = await self.client.retrying(
                 lambda node_id=node_id: self.client.send_once(
                     node_id, ApiKey.LIST_GROUPS, {"states_filter": []}, _read_group_listings
                 ),
@@ -402,17 +411,17 @@ class Admin:
                 found.setdefault(listing.group_id, listing)
         return [found[group_id] for group_id in sorted(found)]
 
-    def describe_group(self, group_id: str) -> GroupDescription:
+    async def describe_group(self, group_id: str) -> GroupDescription:
         """State, members with their assignments, committed offsets, high watermarks and lag.
 
         A group that does not exist is described in state ``Dead`` with nothing in it."""
-        group = self.client.call_coordinator(
+        group = await self.client.call_coordinator(
             group_id,
             ApiKey.DESCRIBE_GROUPS,
             describe_groups_body([group_id]),
             lambda response, version: read_described_group(response, version, group_id),
         )
-        committed = self.committed_offsets(group_id)
+        committed = await self.committed_offsets(group_id)
         consumer = group["protocol_type"] == "consumer"
         members = [
             MemberDescription(
@@ -434,8 +443,8 @@ class Admin:
         lag: dict[tuple[str, int], int] = {}
         for topic in sorted({topic for topic, _ in partitions}):
             try:
-                ends = self.high_watermarks(topic)
-                starts = self.earliest_offsets(topic)
+                ends = await self.high_watermarks(topic)
+                starts = await self.earliest_offsets(topic)
             except UnknownTopicError:
                 continue  # offsets committed for a topic deleted since
             for t, partition in partitions:
@@ -455,13 +464,13 @@ class Admin:
             lag=dict(sorted(lag.items())),
         )
 
-    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+    async def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         """(topic, partition) -> committed offset, for every partition the group committed."""
-        return self.client.call_coordinator(
+        return await self.client.call_coordinator(
             group_id, ApiKey.OFFSET_FETCH, offset_fetch_body(group_id, None), read_offset_fetch
         )
 
-    def reset_offsets(
+    async def reset_offsets(
         self, group_id: str, topic: str, *, to: str | int = "earliest"
     ) -> dict[int, int]:
         """Commit new offsets for every partition of ``topic``: ``"earliest"`` (log start),
@@ -474,9 +483,9 @@ class Admin:
             raise ConfigurationError(f"to must be 'earliest', 'latest' or an offset, got {to!r}")
         if isinstance(to, int) and to < 0:
             raise ConfigurationError(f"offset {to} is negative")
-        self._require_empty(group_id)
-        starts = self.earliest_offsets(topic)
-        ends = self.high_watermarks(topic)
+        await self._require_empty(group_id)
+        starts = await self.earliest_offsets(topic)
+        ends = await self.high_watermarks(topic)
         if to == "earliest":
             targets = dict(starts)
         elif to == "latest":
@@ -490,7 +499,9 @@ class Admin:
             offsets={(topic, partition): offset for partition, offset in targets.items()},
         )
         try:
-            self.client.call_coordinator(group_id, ApiKey.OFFSET_COMMIT, body, read_offset_commit)
+            await self.client.call_coordinator(
+                group_id, ApiKey.OFFSET_COMMIT, body, read_offset_commit
+            )
         except KafkaError as error:
             if error.code is ErrorCode.UNKNOWN_MEMBER_ID:
                 # The coordinator refuses a generation-less commit while members are active.
@@ -502,8 +513,8 @@ class Admin:
             raise
         return dict(sorted(targets.items()))
 
-    def _require_empty(self, group_id: str) -> None:
-        group = self.client.call_coordinator(
+    async def _require_empty(self, group_id: str) -> None:
+        group = await self.client.call_coordinator(
             group_id,
             ApiKey.DESCRIBE_GROUPS,
             describe_groups_body([group_id]),
@@ -516,7 +527,7 @@ class Admin:
                 f"members are active (state {group['group_state']}); stop its consumers first",
             )
 
-    def delete_group(self, group_id: str) -> None:
+    async def delete_group(self, group_id: str) -> None:
         """Delete a group without members and its committed offsets (``GroupNotEmptyError``
         while members are active, ``GroupNotFoundError`` if there is no such group)."""
 
@@ -527,9 +538,106 @@ class Admin:
                     return
             raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for group {group_id!r}")
 
-        self.client.call_coordinator(
+        await self.client.call_coordinator(
             group_id, ApiKey.DELETE_GROUPS, {"groups_names": [group_id]}, read
         )
+
+
+class Admin:
+    """The blocking twin of ``AsyncAdmin``: the same methods, run on a private event loop."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "flux-admin",
+        timeout_s: float = limits.RETRY_TIMEOUT_S,
+    ) -> None:
+        self._async = AsyncAdmin(bootstrap, client_id=client_id, timeout_s=timeout_s)
+        self._loop = LoopThread("flux-admin")
+        self.timeout_s = timeout_s
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._loop.run(self._async.close())
+        except FluxError:
+            pass
+        finally:
+            self._loop.close()
+
+    @property
+    def client(self) -> Any:
+        """The client underneath, as a blocking ``SyncProxy`` (for tools and tests)."""
+        return SyncProxy(self._async.client, self._loop)
+
+    def run_async(self, coroutine: Any) -> Any:
+        """Run a coroutine (of ``client``, say) on this admin's event loop and wait for it."""
+        return self._loop.run(coroutine)
+
+    def supports(self, api_key: int) -> bool:
+        return self._loop.run(self._async.supports(api_key))
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> TopicDescription:
+        return self._loop.run(
+            self._async.create_topic(name, partitions, replication_factor, configs, validate_only)
+        )
+
+    def delete_topic(self, name: str) -> None:
+        self._loop.run(self._async.delete_topic(name))
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return self._loop.run(self._async.list_topics(include_internal=include_internal))
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        return self._loop.run(self._async.describe_topic(name))
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        self._loop.run(self._async.create_partitions(name, total, validate_only=validate_only))
+
+    def describe_configs(self, topic: str) -> dict[str, ConfigEntry]:
+        return self._loop.run(self._async.describe_configs(topic))
+
+    def describe_cluster(self) -> ClusterDescription:
+        return self._loop.run(self._async.describe_cluster())
+
+    def high_watermarks(self, topic: str) -> dict[int, int]:
+        return self._loop.run(self._async.high_watermarks(topic))
+
+    def earliest_offsets(self, topic: str) -> dict[int, int]:
+        return self._loop.run(self._async.earliest_offsets(topic))
+
+    def replica_log_end_offsets(self, topic: str) -> dict[int, dict[int, int | None]]:
+        return self._loop.run(self._async.replica_log_end_offsets(topic))
+
+    def list_groups(self) -> list[GroupListing]:
+        return self._loop.run(self._async.list_groups())
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        return self._loop.run(self._async.describe_group(group_id))
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        return self._loop.run(self._async.committed_offsets(group_id))
+
+    def reset_offsets(
+        self, group_id: str, topic: str, *, to: str | int = "earliest"
+    ) -> dict[int, int]:
+        return self._loop.run(self._async.reset_offsets(group_id, topic, to=to))
+
+    def delete_group(self, group_id: str) -> None:
+        self._loop.run(self._async.delete_group(group_id))
 
 
 def _read_group_listings(response: dict[str, Any], version: int) -> list[GroupListing]:
@@ -547,21 +655,21 @@ def _read_group_listings(response: dict[str, Any], version: int) -> list[GroupLi
 # -- shared with the simple consumer ----------------------------------------------------------
 
 
-def list_offsets(client: ClusterClient, topic: str, timestamp: int) -> dict[int, int]:
+async def list_offsets(client: ClusterClient, topic: str, timestamp: int) -> dict[int, int]:
     """ListOffsets for every partition of ``topic`` (-1 latest, -2 earliest): one request per
     partition leader. A routing error re-groups the partitions by fresh leaders and retries."""
 
-    def attempt() -> dict[int, int]:
+    async def attempt() -> dict[int, int]:
         by_leader: dict[int, list[int]] = {}
-        for partition, leader in client.leaders(topic).items():
+        for partition, leader in (await client.leaders(topic)).items():
             by_leader.setdefault(leader, []).append(partition)
         offsets: dict[int, int] = {}
         for leader, partitions in by_leader.items():
             body = _list_offsets_body(topic, partitions, timestamp)
-            offsets.update(client.send_once(leader, ApiKey.LIST_OFFSETS, body, _read_offsets))
+            offsets.update(await client.send_once(leader, ApiKey.LIST_OFFSETS, body, _read_offsets))
         return dict(sorted(offsets.items()))
 
-    return client.retrying(
+    return await client.retrying(
         attempt, retry_codes=LEADER_RETRY_CODES, what=f"ListOffsets for {topic!r}"
     )
 

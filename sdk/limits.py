@@ -7,10 +7,18 @@ that asks for more gets a ``ConfigurationError``.
 from __future__ import annotations
 
 __all__ = [
+    "BATCH_BYTES_MAX",
     "BOOTSTRAP_ADDRESSES_MAX",
+    "BUFFER_BYTES_MAX",
+    "CONNECTION_PENDING_MAX",
     "CONNECT_TIMEOUT_S",
     "FETCH_BYTES_MAX",
     "FETCH_WAIT_MS_MAX",
+    "FRAME_BYTES_MAX",
+    "HANDLER_ATTEMPTS_MAX",
+    "IN_FLIGHT_REQUESTS_MAX",
+    "LINGER_MS_MAX",
+    "MESSAGE_BYTES_MAX",
     "METADATA_MAX_AGE_S",
     "REQUEST_TIMEOUT_S",
     "RETRY_ATTEMPTS_DEFAULT",
@@ -19,6 +27,7 @@ __all__ = [
     "RETRY_BACKOFF_MAX_S",
     "RETRY_TIMEOUT_MAX_S",
     "RETRY_TIMEOUT_S",
+    "POLL_RECORDS_MAX",
     "SEND_BATCH_RECORDS_MAX",
     "UNKNOWN_TOPIC_RETRY_TIMEOUT_S",
 ]
@@ -55,3 +64,25 @@ FETCH_WAIT_MS_MAX = 60_000
 
 #: ``SimpleProducer.send_batch`` sends at most this many records in one batch.
 SEND_BATCH_RECORDS_MAX = 100_000
+
+#: A response frame larger than this is refused (the fetch bound plus room for headers).
+FRAME_BYTES_MAX = FETCH_BYTES_MAX + (1 << 20)
+#: At most this many requests wait for their answers on one connection at once.
+CONNECTION_PENDING_MAX = 1024
+
+#: Producer bounds: how long a batch may wait for more records, how large it may grow, how
+#: large one record may be (``max_request_bytes`` defaults to ``MESSAGE_BYTES_DEFAULT``),
+#: how many bytes of records may wait to be sent, and how many Produce requests may be in
+#: flight at once over all partitions (each partition sends one batch at a time).
+LINGER_MS_MAX = 60_000
+BATCH_BYTES_MAX = 16 << 20
+MESSAGE_BYTES_DEFAULT = 1 << 20
+MESSAGE_BYTES_MAX = 64 << 20
+BUFFER_BYTES_DEFAULT = 32 << 20
+BUFFER_BYTES_MAX = 1 << 30
+IN_FLIGHT_REQUESTS_DEFAULT = 64
+IN_FLIGHT_REQUESTS_MAX = 10_000
+
+#: Consumer bounds: records one poll may return; attempts of a failing ``run`` handler.
+POLL_RECORDS_MAX = 100_000
+HANDLER_ATTEMPTS_MAX = 1_000

@@ -89,6 +89,8 @@ def parse_bootstrap(bootstrap: str) -> tuple[Address, ...]:
     if not isinstance(bootstrap, str) or not bootstrap.strip():
         raise ConfigurationError("bootstrap servers must be a non-empty 'host:port,...' string")
     entries = [entry.strip() for entry in bootstrap.split(",") if entry.strip()]
+    if not entries:
+        raise ConfigurationError(f"bootstrap servers {bootstrap!r} name no 'host:port'")
     if len(entries) > limits.BOOTSTRAP_ADDRESSES_MAX:
         raise ConfigurationError(
             f"{len(entries)} bootstrap addresses exceed the limit of "

@@ -5,6 +5,7 @@ written once."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 
@@ -12,9 +13,12 @@ import pytest
 from flux.protocol.api import ApiKey
 from flux.sdk import (
     Admin,
+    AsyncProducer,
+    ClusterClient,
     ConsumedRecord,
     GroupConsumer,
     GroupNotEmptyError,
+    Message,
     SimpleConsumer,
     SimpleProducer,
 )
@@ -183,21 +187,21 @@ def test_admin_group_operations(node_factory) -> None:
         assert admin.committed_offsets("operators") == {}
 
 
-def _lose_first_produce_response(producer: SimpleProducer) -> list[int]:
-    """Make the producer's first Produce reach the broker but its answer get lost (as when a
-    connection dies after the write): the client then retries the same batch."""
-    real_send_once: Callable = producer.client.send_once
+def _lose_first_produce_response(client: ClusterClient) -> list[int]:
+    """Make the client's first Produce reach the broker but its answer get lost (as when a
+    connection dies after the write): the producer then retries the same batch."""
+    real_send_once: Callable = client.send_once
     sent: list[int] = []
 
-    def send_once(node_id, api_key, body, handle, **options):
-        result = real_send_once(node_id, api_key, body, handle, **options)
+    async def send_once(node_id, api_key, body, handle, **options):
+        result = await real_send_once(node_id, api_key, body, handle, **options)
         if api_key == ApiKey.PRODUCE:
             sent.append(node_id)
             if len(sent) == 1:
                 raise FluxConnectionError("response lost (simulated)")
         return result
 
-    producer.client.send_once = send_once  # type: ignore[method-assign]
+    client.send_once = send_once  # type: ignore[method-assign]
     return sent
 
 
@@ -206,21 +210,22 @@ def test_idempotent_producer_retries_without_duplicates(node_factory) -> None:
     bootstrap = node.bootstrap_servers
     with Admin(bootstrap) as admin:
         admin.create_topic("once", partitions=1, replication_factor=1)
+
+    async def produce(idempotent: bool, values: list[bytes]) -> tuple[list[int], list[int]]:
+        async with AsyncProducer(bootstrap, idempotent=idempotent, acks="all") as producer:
+            assert producer.idempotent is idempotent
+            sent = _lose_first_produce_response(producer.client)
+            delivered = await producer.send("once", [Message(v, partition=0) for v in values])
+            return [m.offset for m in delivered], sent
+
+    offsets, sent = asyncio.run(produce(True, [b"a", b"b"]))
+    assert offsets == [0, 1] and len(sent) == 2  # written once, acknowledged by the retry
     with SimpleProducer(bootstrap, idempotent=True) as producer:
         assert producer.acks == -1
-        sent = _lose_first_produce_response(producer)
-        first = producer.send_batch("once", 0, [(None, b"a"), (None, b"b")])
-        assert first == 0 and len(sent) == 2  # written once, acknowledged by the retry
-        # The same prepared batch delivered twice (a retry from outside) is deduplicated too.
-        prepared = producer._prepare("once", 0, [(None, b"c")])
-        assert producer._deliver(prepared) == 2
-        assert producer._deliver(prepared) == 2
-        assert producer.send("once", b"d", partition=0).offset == 3
+        assert producer.send("once", b"c", partition=0).offset == 2
     with SimpleConsumer(bootstrap) as consumer:
-        assert [r.value for r in consumer.read_all("once")] == [b"a", b"b", b"c", b"d"]
+        assert [r.value for r in consumer.read_all("once")] == [b"a", b"b", b"c"]
     # Without idempotence the lost answer makes the retry write the batch a second time.
-    with SimpleProducer(bootstrap) as plain:
-        _lose_first_produce_response(plain)
-        plain.send_batch("once", 0, [(None, b"e")])
+    asyncio.run(produce(False, [b"e"]))
     with SimpleConsumer(bootstrap) as consumer:
-        assert [r.value for r in consumer.read_all("once")][4:] == [b"e", b"e"]
+        assert [r.value for r in consumer.read_all("once")][3:] == [b"e", b"e"]

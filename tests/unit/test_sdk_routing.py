@@ -1,4 +1,4 @@
-"""ClusterClient routing and retries against scripted in-process fake brokers.
+"""ClusterClient (async) routing and retries against scripted in-process fake brokers.
 
 A single real broker cannot be made to answer NOT_LEADER_OR_FOLLOWER or NOT_CONTROLLER, so
 these tests run tiny socket servers that speak the real codec and answer from a script.
@@ -6,6 +6,7 @@ these tests run tiny socket servers that speak the real codec and answer from a 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import threading
@@ -192,13 +193,16 @@ def test_not_controller_follows_the_new_controller(brokers: list[FakeBroker]) ->
 
     one.handlers[ApiKey.CREATE_TOPICS] = create_answer(ErrorCode.NOT_CONTROLLER)
     two.handlers[ApiKey.CREATE_TOPICS] = create_answer(ErrorCode.NONE)
-    with ClusterClient(f"127.0.0.1:{one.port}", retry=FAST) as client:
-        code = client.call_controller(
-            ApiKey.CREATE_TOPICS,
-            {"topics": [{"name": "n", "num_partitions": 1, "replication_factor": 1}]},
-            lambda response, _: _raise_first(response),
-        )
-    assert code == 0
+
+    async def create() -> int:
+        async with ClusterClient(f"127.0.0.1:{one.port}", retry=FAST) as client:
+            return await client.call_controller(
+                ApiKey.CREATE_TOPICS,
+                {"topics": [{"name": "n", "num_partitions": 1, "replication_factor": 1}]},
+                lambda response, _: _raise_first(response),
+            )
+
+    assert asyncio.run(create()) == 0
     assert len(one.versions_of(ApiKey.CREATE_TOPICS)) == 1
     assert len(two.versions_of(ApiKey.CREATE_TOPICS)) == 1
 
@@ -215,21 +219,29 @@ def _raise_first(response: dict[str, Any]) -> int:
 def test_metadata_survives_the_bootstrap_broker(brokers: list[FakeBroker]) -> None:
     one, two = brokers
     _serve_metadata(brokers, {"leader": 2, "controller": 2})
-    with ClusterClient(f"127.0.0.1:{one.port}", retry=FAST) as client:
-        client.refresh(["t"])
-        one.close()
-        snapshot = client.refresh()
-        assert snapshot.brokers.keys() == {1, 2}
-        assert client.leader_for("t", 0).node_id == 2
-        assert len(two.versions_of(ApiKey.METADATA)) >= 1
+
+    async def refresh_twice() -> None:
+        async with ClusterClient(f"127.0.0.1:{one.port}", retry=FAST) as client:
+            await client.refresh(["t"])
+            one.close()
+            snapshot = await client.refresh()
+            assert snapshot.brokers.keys() == {1, 2}
+            assert (await client.leader_for("t", 0)).node_id == 2
+
+    asyncio.run(refresh_twice())
+    assert len(two.versions_of(ApiKey.METADATA)) >= 1
 
 
 def test_nobody_home_names_every_address_tried() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with ClusterClient(f"127.0.0.1:{port}", retry=FAST) as client:
-        with pytest.raises(FluxConnectionError) as caught:
-            client.call_any(ApiKey.METADATA, {"topics": []}, lambda r, v: r)
+
+    async def call() -> None:
+        async with ClusterClient(f"127.0.0.1:{port}", retry=FAST) as client:
+            await client.call_any(ApiKey.METADATA, {"topics": []}, lambda r, v: r)
+
+    with pytest.raises(FluxConnectionError) as caught:
+        asyncio.run(call())
     assert f"127.0.0.1:{port}" in str(caught.value)
     assert "gave up after 5 attempts" in str(caught.value)

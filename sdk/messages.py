@@ -1,0 +1,151 @@
+"""The values ``flux.sdk`` users hand in and get back: ``Message`` to send, ``RecordMetadata``
+for a delivered record, ``ConsumedRecord`` for a read one, ``TopicPartition``.
+
+Keys, values and header values may be given as ``bytes`` or ``str`` (encoded as UTF-8); they
+come back as ``bytes``. ``Message.id`` becomes the ``flux-msg-id`` header, by which brokers
+deduplicate messages within ``dedup.window.ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from flux.protocol.errors import CorruptRecordError
+from flux.protocol.records import decode_records, iter_batches
+
+from .errors import ConfigurationError, FluxProtocolError
+
+__all__ = [
+    "MESSAGE_ID_HEADER",
+    "ConsumedRecord",
+    "HeadersInput",
+    "Message",
+    "MessageInput",
+    "RecordMetadata",
+    "TopicPartition",
+    "as_message",
+    "decode_fetched",
+]
+
+#: The record header that carries a producer-chosen message id (DESIGN.md §7).
+MESSAGE_ID_HEADER = "flux-msg-id"
+
+HeadersInput = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A record to send. ``partition`` None: by the key's murmur2 hash, or (no key) the
+    producer's sticky partition; ``id``: deduplication id (the ``flux-msg-id`` header)."""
+
+    value: bytes | str | None = None
+    key: bytes | str | None = None
+    headers: HeadersInput | None = None
+    partition: int | None = None
+    timestamp_ms: int | None = None
+    id: bytes | str | None = None
+
+
+#: What ``Producer.send`` accepts per message: a ``Message``, a value (bytes, str, None), or a
+#: dict with ``Message``'s field names.
+MessageInput = Message | bytes | str | None | Mapping[str, Any]
+
+
+def as_message(item: MessageInput) -> Message:
+    if isinstance(item, Message):
+        return item
+    if item is None or isinstance(item, (bytes, bytearray, memoryview, str)):
+        return Message(value=item if not isinstance(item, (bytearray, memoryview)) else bytes(item))
+    if isinstance(item, Mapping):
+        unknown = set(item) - set(Message.__dataclass_fields__)
+        if unknown:
+            raise ConfigurationError(f"unknown message fields {sorted(unknown)}")
+        return Message(**item)
+    raise ConfigurationError(
+        f"a message is a Message, bytes, str, None or a dict, got {type(item).__name__}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a sent record landed; ``offset`` is -1 with ``acks=0`` (nobody answers)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+    @property
+    def message_id(self) -> bytes | None:
+        """The ``flux-msg-id`` header, if the producer set one."""
+        for name, value in self.headers:
+            if name == MESSAGE_ID_HEADER:
+                return value
+        return None
+
+
+def as_bytes(data: bytes | str | None, *, what: str = "value") -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise ConfigurationError(f"{what} must be bytes, str or None, got {type(data).__name__}")
+
+
+def encode_headers(
+    headers: HeadersInput | None, message_id: bytes | str | None = None
+) -> tuple[tuple[str, bytes | None], ...]:
+    items: list[tuple[str, bytes | None]] = []
+    if headers:
+        pairs = headers.items() if isinstance(headers, Mapping) else headers
+        items = [(str(name), as_bytes(value, what="a header value")) for name, value in pairs]
+    if message_id is not None:
+        items.append((MESSAGE_ID_HEADER, as_bytes(message_id, what="id")))
+    return tuple(items)
+
+
+def decode_fetched(
+    records_data: bytes | None, topic: str, partition: int, offset: int
+) -> list[ConsumedRecord]:
+    """The records of one partition's Fetch answer from ``offset`` on (control batches and
+    records below ``offset`` skipped). ``FluxProtocolError`` for a corrupt batch."""
+    records: list[ConsumedRecord] = []
+    try:
+        for header, batch in iter_batches(records_data or b""):
+            if header.is_control or header.next_offset <= offset:
+                continue
+            for record in decode_records(batch):
+                if record.offset >= offset:
+                    records.append(
+                        ConsumedRecord(
+                            topic,
+                            partition,
+                            record.offset,
+                            record.timestamp,
+                            record.key,
+                            record.value,
+                            tuple(record.headers),
+                        )
+                    )
+    except CorruptRecordError as error:
+        raise FluxProtocolError(f"{topic}-{partition}: corrupt record batch: {error}") from error
+    return records

@@ -1,0 +1,691 @@
+"""``AsyncProducer`` and its synchronous twin ``Producer``: batching, idempotent, routed by
+cluster metadata.
+
+    async with AsyncProducer("127.0.0.1:9092") as producer:
+        delivered = await producer.send("orders", [b"paid", Message(b"shipped", key="o-17")])
+        future = await producer.produce("orders", b"refunded", key="o-17")   # no waiting
+        await producer.flush()
+
+    with Producer("127.0.0.1:9092", acks="all") as producer:
+        producer.send("orders", "paid", acks=1)
+
+How it works:
+
+* **Partitioning**: a record with a key goes to ``murmur2(key) % partitions``, the partition
+  the Java client (and confluent-kafka with ``partitioner=murmur2_random``) picks; a record
+  without one goes to the topic's *sticky* partition, which moves on to the next partition
+  each time a batch with keyless records is sent (Kafka's sticky partitioner: big batches
+  when records come fast, round-robin when they come one by one).
+* **Batching**: records collect per partition into one batch until it holds ``batch_size``
+  bytes or its first record waited ``linger_ms``; ``flush`` and ``close`` send at once. Each
+  partition sends its batches one at a time, in order; partitions proceed in parallel, at most
+  ``max_in_flight`` Produce requests at once. Records wait in at most ``buffer_memory`` bytes:
+  ``produce`` waits for room (back pressure) rather than buffering without bound.
+* **Delivery**: ``produce`` returns a future of ``RecordMetadata`` (and calls ``on_delivery(
+  error, metadata)``); ``send`` waits for its messages and returns their metadata. A batch is
+  retried on routing errors and lost connections (refreshing metadata, backing off) until
+  ``delivery_timeout_ms`` after it was sent first; then its futures fail with the typed error.
+* **Idempotence** (on by default with ``acks="all"``): the producer takes a producer id
+  (InitProducerId) and numbers each partition's records; a retried batch carries the same
+  sequence numbers, so a leader that already wrote it answers with its offset instead of
+  writing it twice, across leader failover too. Records sent with ``acks`` 0 or 1 (per call)
+  go without sequence numbers. When a batch fails for good, whether it was written is unknown;
+  the producer then takes a new producer id, so later batches cannot be mistaken for it.
+* **Bad input fails before the network**: invalid settings raise ``ConfigurationError`` naming
+  the parameter at construction; a record larger than ``max_request_size`` raises
+  ``MessageTooLargeError`` from ``produce``; a topic that does not exist raises
+  ``UnknownTopicError`` (unless the cluster creates topics on first use and
+  ``allow_auto_topic_creation`` is on).
+
+Thread-safety: an ``AsyncProducer`` belongs to one event loop. A ``Producer`` may be used from
+any number of threads; it runs an ``AsyncProducer`` on its own event-loop thread, and
+``on_delivery`` callbacks run there (keep them short).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flux.protocol.api import ApiKey
+from flux.protocol.compression import Compression
+from flux.protocol.errors import ErrorCode
+from flux.protocol.partitioner import partition_for_key
+from flux.protocol.records import RecordSpec, build_batch
+
+from . import limits
+from ._sync import LoopThread, SyncProxy
+from .cluster_client import COORDINATOR_RETRY_CODES, LEADER_RETRY_CODES, ClusterClient
+from .errors import (
+    ConfigurationError,
+    FluxError,
+    FluxTimeoutError,
+    MessageTooLargeError,
+    UnknownTopicError,
+    error_for,
+)
+from .messages import (
+    HeadersInput,
+    Message,
+    MessageInput,
+    RecordMetadata,
+    as_bytes,
+    as_message,
+    encode_headers,
+)
+from .metadata import RetryPolicy
+
+__all__ = [
+    "IDEMPOTENT_RETRY_CODES",
+    "AsyncProducer",
+    "DeliveryCallback",
+    "Producer",
+    "parse_acks",
+]
+
+DeliveryCallback = Callable[[Exception | None, RecordMetadata | None], None]
+
+#: An idempotent batch is also retried on these: the broker deduplicates the second copy.
+IDEMPOTENT_RETRY_CODES = LEADER_RETRY_CODES | frozenset(
+    {
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+_COMPRESSION_NAMES = {codec.name.lower(): codec for codec in Compression}
+#: Sequence numbers are int32 and wrap to 0 after the largest (as in Kafka).
+_SEQUENCE_MODULUS = 1 << 31
+#: Bytes a record adds to a batch besides its key, value and headers (varints, attributes),
+#: and the bytes of a batch header plus a Produce request around it: a generous estimate, so
+#: a record that passes the size check also fits the request.
+_RECORD_OVERHEAD_BYTES = 32
+_REQUEST_OVERHEAD_BYTES = 61 + 128
+
+
+def parse_acks(acks: int | str) -> int:
+    """``"all"`` / -1, 0 or 1 (also as strings) as the Produce request's number."""
+    if isinstance(acks, bool):
+        raise ConfigurationError(f"acks must be 'all', -1, 0 or 1, got {acks!r}")
+    text = str(acks).strip().lower()
+    if text in ("all", "-1"):
+        return -1
+    if text in ("0", "1"):
+        return int(text)
+    raise ConfigurationError(f"acks must be 'all', -1, 0 or 1, got {acks!r}")
+
+
+def _check_range(name: str, value: Any, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigurationError(f"{name} must be a number in {low}..{high}, got {value!r}")
+
+
+@dataclass(eq=False)
+class _Batch:
+    """Records waiting to go to one partition in one Produce request (one ``acks``)."""
+
+    topic: str
+    partition: int
+    acks: int
+    created_at: float
+    records: list[RecordSpec] = field(default_factory=list)
+    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    size_bytes: int = 0
+    closed: bool = False
+    keyless: bool = False
+
+
+@dataclass(eq=False)
+class _PartitionQueue:
+    """The batches of one partition, oldest first; the last one may still grow."""
+
+    batches: deque[_Batch] = field(default_factory=deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    sender: asyncio.Task[None] | None = None
+
+
+class AsyncProducer:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "flux-producer",
+        acks: int | str = "all",
+        idempotent: bool | None = None,
+        linger_ms: float = 5,
+        batch_size: int = 64 * 1024,
+        compression: str | None = None,
+        max_in_flight: int = limits.IN_FLIGHT_REQUESTS_DEFAULT,
+        buffer_memory: int = limits.BUFFER_BYTES_DEFAULT,
+        max_request_size: int = limits.MESSAGE_BYTES_DEFAULT,
+        delivery_timeout_ms: float = limits.RETRY_TIMEOUT_S * 1000,
+        request_timeout_ms: float = limits.REQUEST_TIMEOUT_S * 1000,
+        allow_auto_topic_creation: bool = True,
+    ) -> None:
+        self.acks = parse_acks(acks)
+        if idempotent is None:
+            idempotent = self.acks == -1
+        if idempotent and self.acks != -1:
+            raise ConfigurationError(f"idempotent=True needs acks='all', got acks={acks!r}")
+        _check_range("linger_ms", linger_ms, 0, limits.LINGER_MS_MAX)
+        _check_range("batch_size", batch_size, 1, limits.BATCH_BYTES_MAX)
+        _check_range("max_in_flight", max_in_flight, 1, limits.IN_FLIGHT_REQUESTS_MAX)
+        _check_range("buffer_memory", buffer_memory, 1, limits.BUFFER_BYTES_MAX)
+        _check_range("max_request_size", max_request_size, 1, limits.MESSAGE_BYTES_MAX)
+        _check_range(
+            "delivery_timeout_ms", delivery_timeout_ms, 1, limits.RETRY_TIMEOUT_MAX_S * 1e3
+        )
+        _check_range("request_timeout_ms", request_timeout_ms, 1, limits.RETRY_TIMEOUT_MAX_S * 1e3)
+        codec_name = (compression or "none").lower()
+        if codec_name not in _COMPRESSION_NAMES:
+            raise ConfigurationError(
+                f"compression must be one of {sorted(_COMPRESSION_NAMES)}, got {compression!r}"
+            )
+        self.idempotent = idempotent
+        self.linger_s = linger_ms / 1000
+        self.batch_size = int(batch_size)
+        self.compression = _COMPRESSION_NAMES[codec_name]
+        self.max_request_size = int(max_request_size)
+        self.buffer_memory = int(buffer_memory)
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.client = ClusterClient(
+            bootstrap,
+            client_id=client_id,
+            request_timeout_s=request_timeout_ms / 1000,
+            retry=RetryPolicy(timeout_s=self.delivery_timeout_s),
+            allow_auto_topic_creation=allow_auto_topic_creation,
+        )
+        self._queues: dict[tuple[str, int], _PartitionQueue] = {}
+        self._sticky: dict[str, int] = {}
+        self._in_flight = asyncio.Semaphore(int(max_in_flight))
+        self._buffered_bytes = 0
+        self._buffer_space = asyncio.Condition()
+        # Records queued and not yet resolved; the event is set whenever that is none.
+        self._unfinished = 0
+        self._all_delivered = asyncio.Event()
+        self._all_delivered.set()
+        self._flushing = 0
+        self._closed = False
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._producer_id_lock = asyncio.Lock()
+        self._sequences: dict[tuple[str, int], int] = {}
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- public ----------------------------------------------------------------------------
+
+    async def partition_for(self, topic: str, key: bytes | str | None) -> int:
+        """murmur2 of the key modulo the partition count; the sticky partition without one."""
+        count = await self.client.partition_count(topic)
+        encoded = as_bytes(key, what="key")
+        if encoded is not None:
+            return partition_for_key(encoded, count)
+        sticky = self._sticky[topic] = self._sticky.get(topic, 0) % count
+        return sticky
+
+    async def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        *,
+        key: bytes | str | None = None,
+        headers: HeadersInput | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        id: bytes | str | None = None,
+        acks: int | str | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the future resolves when it is acknowledged (per ``acks``)."""
+        if self._closed:
+            raise ConfigurationError("the producer is closed")
+        acks_number = self.acks if acks is None else parse_acks(acks)
+        record = RecordSpec(
+            as_bytes(key, what="key"),
+            as_bytes(value, what="value"),
+            encode_headers(headers, id),
+            timestamp_ms,
+        )
+        size = self._checked_size(topic, record)
+        if not isinstance(topic, str) or not topic:
+            raise ConfigurationError(f"topic must be a non-empty string, got {topic!r}")
+        cached = self.client.metadata.snapshot.topics.get(topic)
+        if partition is None and cached is not None and not self.client.metadata.needs_refresh():
+            # The hot path: metadata at hand, no coroutine hops.
+            count = len(cached.partitions)
+            if record.key is not None:
+                partition = partition_for_key(record.key, count)
+            else:
+                partition = self._sticky[topic] = self._sticky.get(topic, 0) % count
+        elif partition is None:
+            partition = await self.partition_for(topic, record.key)
+        else:
+            count = await self.client.partition_count(topic)
+            if not 0 <= partition < count:
+                raise UnknownTopicError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic!r} has no partition {partition} (it has {count})",
+                )
+        await self._reserve(size)
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        if on_delivery is not None:
+            future.add_done_callback(lambda done: _call_back(on_delivery, done))
+        self._unfinished += 1
+        self._all_delivered.clear()
+        self._append(topic, partition, acks_number, record, size, future)
+        return future
+
+    async def send(
+        self,
+        topic: str,
+        messages: MessageInput | Iterable[MessageInput],
+        *,
+        acks: int | str | None = None,
+    ) -> Any:
+        """The runtime API: send one message (a ``Message``, a value, or a dict of
+        ``Message`` fields) or a list of them and wait until each is acknowledged per ``acks``
+        (default: the producer's). Returns the ``RecordMetadata`` (a list for a list). If any
+        message failed, the first error is raised once every message has an outcome."""
+        single = not isinstance(messages, (list, tuple)) and not _is_iterable_of_messages(messages)
+        items = [as_message(messages)] if single else [as_message(m) for m in messages]  # type: ignore[union-attr]
+        for message in items:  # every message is checked before any is queued
+            self._checked_size(
+                topic,
+                RecordSpec(
+                    as_bytes(message.key, what="key"),
+                    as_bytes(message.value, what="value"),
+                    encode_headers(message.headers, message.id),
+                ),
+            )
+        futures = []
+        for message in items:
+            futures.append(await self._produce_message(topic, message, acks))
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return outcomes[0] if single else list(outcomes)
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Send every queued record now and wait until each has an outcome.
+
+        ``FluxTimeoutError`` if that takes longer than ``timeout_s``."""
+        self._flushing += 1
+        try:
+            for queue in self._queues.values():
+                queue.wakeup.set()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._all_delivered.wait()
+            except TimeoutError as error:
+                raise FluxTimeoutError(
+                    f"flush: {self._unfinished} records still unacknowledged after {timeout_s} s"
+                ) from error
+        finally:
+            self._flushing -= 1
+
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Flush (within ``timeout_s``, default the delivery timeout), then stop."""
+        if self._closed:
+            return
+        try:
+            await self.flush(self.delivery_timeout_s if timeout_s is None else timeout_s)
+        finally:
+            self._closed = True
+            for queue in self._queues.values():
+                if queue.sender is not None:
+                    queue.sender.cancel()
+            senders = [q.sender for q in self._queues.values() if q.sender is not None]
+            await asyncio.gather(*senders, return_exceptions=True)
+            for queue in self._queues.values():
+                for batch in queue.batches:
+                    for future in batch.futures:
+                        if not future.done():
+                            future.set_exception(
+                                FluxError("the producer was closed before delivery")
+                            )
+            await self.client.close()
+
+    # -- queueing --------------------------------------------------------------------------
+
+    async def _produce_message(
+        self, topic: str, message: Message, acks: int | str | None
+    ) -> asyncio.Future[RecordMetadata]:
+        return await self.produce(
+            topic,
+            message.value,
+            key=message.key,
+            headers=message.headers,
+            partition=message.partition,
+            timestamp_ms=message.timestamp_ms,
+            id=message.id,
+            acks=acks,
+        )
+
+    def _checked_size(self, topic: str, record: RecordSpec) -> int:
+        size = _record_size(record)
+        if size + _REQUEST_OVERHEAD_BYTES > self.max_request_size:
+            raise MessageTooLargeError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"a record of {size} bytes for {topic!r} exceeds max_request_size "
+                f"({self.max_request_size} bytes, with request overhead)",
+            )
+        return size
+
+    async def _reserve(self, size: int) -> None:
+        if self._buffered_bytes + size <= self.buffer_memory and not self._buffer_space._waiters:
+            self._buffered_bytes += size  # room, and nobody waits before us: no lock round trip
+            return
+        async with self._buffer_space:
+            await self._buffer_space.wait_for(
+                lambda: (
+                    self._buffered_bytes == 0 or self._buffered_bytes + size <= self.buffer_memory
+                )
+            )
+            self._buffered_bytes += size
+
+    async def _release(self, size: int) -> None:
+        async with self._buffer_space:
+            self._buffered_bytes -= size
+            assert self._buffered_bytes >= 0
+            self._buffer_space.notify_all()
+
+    def _append(
+        self,
+        topic: str,
+        partition: int,
+        acks: int,
+        record: RecordSpec,
+        size: int,
+        future: asyncio.Future[RecordMetadata],
+    ) -> None:
+        queue = self._queues.get((topic, partition))
+        if queue is None:
+            queue = self._queues[(topic, partition)] = _PartitionQueue()
+        batch = queue.batches[-1] if queue.batches else None
+        if (
+            batch is None
+            or batch.closed
+            or batch.acks != acks
+            or batch.size_bytes + size > self.batch_size
+            or len(batch.records) >= limits.SEND_BATCH_RECORDS_MAX
+        ):
+            if batch is not None and not batch.closed:
+                batch.closed = True
+                queue.wakeup.set()
+            batch = _Batch(topic, partition, acks, created_at=time.monotonic())
+            queue.batches.append(batch)
+        batch.records.append(record)
+        batch.keyless = batch.keyless or record.key is None
+        batch.futures.append(future)
+        batch.size_bytes += size
+        if batch.size_bytes >= self.batch_size:
+            batch.closed = True
+            queue.wakeup.set()
+        if self.linger_s == 0 or self._flushing:
+            queue.wakeup.set()
+        if queue.sender is None or queue.sender.done():
+            queue.sender = asyncio.ensure_future(self._run_sender(queue))
+            queue.wakeup.set()
+
+    # -- sending ---------------------------------------------------------------------------
+
+    async def _run_sender(self, queue: _PartitionQueue) -> None:
+        """Send this partition's batches one at a time, each when it is full, has lingered
+        long enough, or a flush asks for it. Exits when the queue stays empty."""
+        while True:
+            if not queue.batches:
+                return
+            head = queue.batches[0]
+            if not (head.closed or len(queue.batches) > 1 or self._flushing or self._closed):
+                remaining_s = head.created_at + self.linger_s - time.monotonic()
+                if remaining_s > 0:
+                    queue.wakeup.clear()
+                    try:
+                        async with asyncio.timeout(remaining_s):
+                            await queue.wakeup.wait()
+                    except TimeoutError:
+                        pass
+                    continue
+            head.closed = True
+            queue.batches.popleft()
+            if head.keyless and self._sticky.get(head.topic) == head.partition:
+                self._sticky[head.topic] = head.partition + 1  # the next keyless batch moves on
+            async with self._in_flight:
+                await self._deliver(head)
+
+    async def _deliver(self, batch: _Batch) -> None:
+        try:
+            base_offset = await self._send_batch(batch)
+        except Exception as error:  # every outcome goes to the futures, none is lost
+            for future in batch.futures:
+                if not future.done():
+                    future.set_exception(error)
+        else:
+            for index, future in enumerate(batch.futures):
+                if not future.done():
+                    offset = -1 if base_offset < 0 else base_offset + index
+                    future.set_result(RecordMetadata(batch.topic, batch.partition, offset))
+        finally:
+            self._unfinished -= len(batch.futures)
+            assert self._unfinished >= 0
+            if self._unfinished == 0:
+                self._all_delivered.set()
+            await self._release(batch.size_bytes)
+
+    async def _send_batch(self, batch: _Batch) -> int:
+        idempotent = self.idempotent and batch.acks == -1
+        if idempotent:
+            await self._ensure_producer_id()
+            key = (batch.topic, batch.partition)
+            sequence = self._sequences.get(key, 0)
+            data = build_batch(
+                batch.records,
+                compression=self.compression,
+                producer_id=self._producer_id,
+                producer_epoch=self._producer_epoch,
+                base_sequence=sequence,
+            )
+            self._sequences[key] = (sequence + len(batch.records)) % _SEQUENCE_MODULUS
+        else:
+            data = build_batch(batch.records, compression=self.compression)
+        body = {
+            "transactional_id": None,
+            "acks": batch.acks,
+            "timeout_ms": int(self.delivery_timeout_s * 1000),
+            "topic_data": [
+                {
+                    "name": batch.topic,
+                    "partition_data": [{"index": batch.partition, "records": data}],
+                }
+            ],
+        }
+        if batch.acks == 0:
+            await self.client.call_leader(
+                batch.topic,
+                batch.partition,
+                ApiKey.PRODUCE,
+                body,
+                lambda _r, _v: None,
+                expect_response=False,
+            )
+            return -1
+        try:
+            return await self.client.call_leader(
+                batch.topic,
+                batch.partition,
+                ApiKey.PRODUCE,
+                body,
+                lambda response, _: _base_offset(response, duplicate_ok=idempotent),
+                retry_codes=IDEMPOTENT_RETRY_CODES if idempotent else LEADER_RETRY_CODES,
+            )
+        except FluxError:
+            if idempotent:
+                # Written or not, nobody knows: a fresh producer id keeps later batches apart.
+                self._producer_id = -1
+                self._producer_epoch = -1
+                self._sequences.clear()
+            raise
+
+    async def _ensure_producer_id(self) -> None:
+        async with self._producer_id_lock:
+            if self._producer_id >= 0:
+                return
+            body = {
+                "transactional_id": None,
+                "transaction_timeout_ms": 60_000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
+            self._producer_id, self._producer_epoch = await self.client.call_any(
+                ApiKey.INIT_PRODUCER_ID,
+                body,
+                _read_producer_id,
+                retry_codes=COORDINATOR_RETRY_CODES,
+            )
+            self._sequences.clear()
+
+
+def _is_iterable_of_messages(messages: object) -> bool:
+    if messages is None or isinstance(messages, (bytes, bytearray, memoryview, str, Message)):
+        return False
+    if isinstance(messages, dict):
+        return False
+    return hasattr(messages, "__iter__")
+
+
+def _record_size(record: RecordSpec) -> int:
+    size = _RECORD_OVERHEAD_BYTES + len(record.key or b"") + len(record.value or b"")
+    for name, value in record.headers:
+        size += len(name) + len(value or b"") + 10
+    return size
+
+
+def _call_back(callback: DeliveryCallback, future: asyncio.Future[RecordMetadata]) -> None:
+    if future.cancelled():
+        callback(FluxError("delivery was cancelled"), None)
+    elif future.exception() is not None:
+        error = future.exception()
+        callback(error if isinstance(error, Exception) else FluxError(str(error)), None)
+    else:
+        callback(None, future.result())
+
+
+def _read_producer_id(response: dict[str, Any], _: int) -> tuple[int, int]:
+    code = ErrorCode.from_code(response["error_code"])
+    if code is not ErrorCode.NONE:
+        raise error_for(code, f"InitProducerId: {code.message}")
+    return int(response["producer_id"]), int(response["producer_epoch"])
+
+
+def _base_offset(response: dict[str, Any], *, duplicate_ok: bool = False) -> int:
+    """The base offset of the one batch sent; with ``duplicate_ok`` a batch the broker had
+    already written (DUPLICATE_SEQUENCE_NUMBER) counts as delivered."""
+    (topic,) = response["responses"]
+    (result,) = topic["partition_responses"]
+    code = result["error_code"]
+    if duplicate_ok and code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+        return int(result["base_offset"])
+    if code != ErrorCode.NONE:
+        error_code = ErrorCode.from_code(code)
+        message = result.get("error_message") or (
+            f"{topic['name']}-{result['index']}: {error_code.message}"
+        )
+        raise error_for(error_code, message)
+    return int(result["base_offset"])
+
+
+# -- the synchronous twin ---------------------------------------------------------------------
+
+
+class Producer:
+    """The blocking twin of ``AsyncProducer`` (same arguments, same methods): ``produce``
+    returns a ``concurrent.futures.Future``; ``send``, ``flush`` and ``close`` block."""
+
+    def __init__(self, bootstrap: str, **options: Any) -> None:
+        self._async = AsyncProducer(bootstrap, **options)
+        self._loop = LoopThread("flux-producer")
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def acks(self) -> int:
+        return self._async.acks
+
+    @property
+    def idempotent(self) -> bool:
+        return self._async.idempotent
+
+    @property
+    def client(self) -> Any:
+        """The client underneath, as a blocking ``SyncProxy`` (for tools and tests)."""
+        return SyncProxy(self._async.client, self._loop)
+
+    def run_async(self, coroutine: Any) -> Any:
+        """Run a coroutine on this producer's event loop and wait for it."""
+        return self._loop.run(coroutine)
+
+    def partition_for(self, topic: str, key: bytes | str | None) -> int:
+        return self._loop.run(self._async.partition_for(topic, key))
+
+    def produce(
+        self, topic: str, value: bytes | str | None = None, **options: Any
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue one record (``AsyncProducer.produce``'s keywords); a future of its metadata."""
+
+        async def queue() -> concurrent.futures.Future[RecordMetadata]:
+            delivered = await self._async.produce(topic, value, **options)
+            result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+            delivered.add_done_callback(lambda done: _copy_outcome(done, result))
+            return result
+
+        return self._loop.run(queue())
+
+    def send(
+        self,
+        topic: str,
+        messages: MessageInput | Iterable[MessageInput],
+        *,
+        acks: int | str | None = None,
+    ) -> Any:
+        """``AsyncProducer.send``, blocking."""
+        if not isinstance(messages, (list, tuple)) and _is_iterable_of_messages(messages):
+            messages = list(messages)  # type: ignore[arg-type]
+        return self._loop.run(self._async.send(topic, messages, acks=acks))
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        self._loop.run(self._async.flush(timeout_s))
+
+    def close(self, timeout_s: float | None = None) -> None:
+        try:
+            self._loop.run(self._async.close(timeout_s))
+        finally:
+            self._loop.close()
+
+
+def _copy_outcome(
+    done: asyncio.Future[RecordMetadata], result: concurrent.futures.Future[RecordMetadata]
+) -> None:
+    if done.cancelled():
+        result.cancel()
+    elif done.exception() is not None:
+        result.set_exception(done.exception())  # type: ignore[arg-type]
+    else:
+        result.set_result(done.result())
