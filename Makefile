@@ -28,7 +28,7 @@ status: $(STAMP)
 
 ## Run the whole test suite in parallel.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check protocol storage cluster controller sdk cli chaos spark tests benchmarks

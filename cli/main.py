@@ -4,16 +4,20 @@ fluxctl node start --config node.toml        run one node in the foreground
 fluxctl node start --data-dir d --kafka-port 9092   the same without a file
 fluxctl cluster up [--nodes 1]              start a local cluster in the background
 fluxctl cluster status | down | kill N | restart N
+fluxctl cluster up --docker                 the same in containers (docker-compose.cluster.yml)
+fluxctl cluster partition N | heal --docker cut a node off the network and reconnect it
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,7 @@ DEFAULT_CLUSTER_DIR = ".flux/cluster"
 STATE_FILE = "cluster.json"
 DEFAULT_KAFKA_PORT = 9092
 CONTROLLER_PORT_OFFSET = 100
+DEFAULT_DOCKER_PROJECT = "flux"
 
 
 @click.group()
@@ -102,7 +107,8 @@ def _parse_value(text: str) -> Any:
 
 @main.group()
 def cluster() -> None:
-    """Run a local cluster of node processes (no Docker needed)."""
+    """Run a local cluster of node processes (no Docker needed), or with --docker a cluster of
+    containers from docker-compose.cluster.yml."""
 
 
 _dir_option = click.option(
@@ -114,6 +120,15 @@ _dir_option = click.option(
     help="where configs, data and logs of the local cluster live",
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
+_docker_option = click.option(
+    "--docker", is_flag=True, help="the cluster of containers (docker-compose.cluster.yml)"
+)
+_project_option = click.option(
+    "--project",
+    default=DEFAULT_DOCKER_PROJECT,
+    show_default=True,
+    help="compose project name of the docker cluster",
+)
 
 
 @cluster.command("up")
@@ -128,9 +143,51 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="print JSON"
 )
 @click.option("--timeout", default=60.0, show_default=True, help="seconds to wait for readiness")
 @_json_option
-def cluster_up(cluster_dir: str, nodes: int, base_port: int, timeout: float, as_json: bool) -> None:
+@_docker_option
+@_project_option
+@click.option("--base-image", help="--docker: base image of the node image (default: see docs)")
+@click.option(
+    "--env",
+    "settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="--docker: a compose variable, e.g. --env FLUX_SESSION_TIMEOUT_MS=2000",
+)
+def cluster_up(
+    cluster_dir: str,
+    nodes: int,
+    base_port: int,
+    timeout: float,
+    as_json: bool,
+    docker: bool,
+    project: str,
+    base_image: str | None,
+    settings: tuple[str, ...],
+) -> None:
     """Start N nodes (each controller + broker) in the background and wait until every broker
-    is registered and a controller is active; print the bootstrap servers."""
+    is registered and a controller is active; print the bootstrap servers.
+
+    With --docker: build the node image if it is missing or stale, start the 3 nodes of
+    docker-compose.cluster.yml and wait until every container is healthy."""
+    if docker:
+        if nodes != 3:
+            raise click.UsageError("--docker runs the 3 nodes of docker-compose.cluster.yml")
+        env = {}
+        for setting in settings:
+            name, sep, value = setting.partition("=")
+            if not sep or not name:
+                raise click.UsageError(f"--env expects NAME=VALUE, got {setting!r}")
+            env[name] = value
+        with _docker_errors():
+            status = _docker_cluster(cluster_dir, project).up(
+                base_port=base_port or DEFAULT_KAFKA_PORT,
+                timeout_s=max(timeout, 120.0),
+                base_image=base_image,
+                settings=env,
+                echo=lambda line: click.echo(line, err=True),
+            )
+        _print_status(status, as_json)
+        return
     root = Path(cluster_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     state = _load_state(root)
@@ -166,16 +223,42 @@ def cluster_up(cluster_dir: str, nodes: int, base_port: int, timeout: float, as_
 @cluster.command("status")
 @_dir_option
 @_json_option
-def cluster_status(cluster_dir: str, as_json: bool) -> None:
+@_docker_option
+@_project_option
+def cluster_status(cluster_dir: str, as_json: bool, docker: bool, project: str) -> None:
     """Each node's pid, addresses, health and controller role."""
+    if docker:
+        with _docker_errors():
+            cluster = _docker_cluster(cluster_dir, project)
+            if not cluster.containers():
+                raise click.ClickException(
+                    f"no docker cluster {project!r} (start one with: fluxctl cluster up --docker)"
+                )
+            _print_status(cluster.status(), as_json)
+        return
     state = _require_state(Path(cluster_dir).resolve())
     _print_status(_status(state), as_json)
 
 
 @cluster.command("down")
 @_dir_option
-def cluster_down(cluster_dir: str) -> None:
-    """Stop every node (SIGTERM, then SIGKILL after 15 s). Data stays for the next `up`."""
+@_docker_option
+@_project_option
+@click.option("--volumes", is_flag=True, help="--docker: also delete the nodes' data volumes")
+def cluster_down(cluster_dir: str, docker: bool, project: str, volumes: bool) -> None:
+    """Stop every node (SIGTERM, then SIGKILL after 15 s). Data stays for the next `up`.
+
+    With --docker: remove the containers and the network (and with --volumes the data)."""
+    if docker:
+        with _docker_errors():
+            removed = _docker_cluster(cluster_dir, project).down(volumes=volumes)
+        if not removed:
+            click.echo(f"no docker cluster {project!r} is running", err=True)
+            return
+        click.echo(json.dumps({"removed": project, "volumes": volumes}))
+        return
+    if volumes:
+        raise click.UsageError("--volumes is for --docker (local data lives in --data-dir)")
     root = Path(cluster_dir).resolve()
     state = _load_state(root)
     if not state:
@@ -192,8 +275,15 @@ def cluster_down(cluster_dir: str) -> None:
 @cluster.command("kill")
 @_dir_option
 @click.argument("node_id", type=int)
-def cluster_kill(cluster_dir: str, node_id: int) -> None:
+@_docker_option
+@_project_option
+def cluster_kill(cluster_dir: str, node_id: int, docker: bool, project: str) -> None:
     """SIGKILL one node (a crash, for demos and tests)."""
+    if docker:
+        with _docker_errors():
+            _docker_cluster(cluster_dir, project).kill(node_id)
+        click.echo(json.dumps({"killed": node_id}))
+        return
     root = Path(cluster_dir).resolve()
     entry = _find(_require_state(root), node_id)
     if _alive(entry):
@@ -207,8 +297,18 @@ def cluster_kill(cluster_dir: str, node_id: int) -> None:
 @click.argument("node_id", type=int)
 @click.option("--timeout", default=60.0, show_default=True)
 @_json_option
-def cluster_restart(cluster_dir: str, node_id: int, timeout: float, as_json: bool) -> None:
+@_docker_option
+@_project_option
+def cluster_restart(
+    cluster_dir: str, node_id: int, timeout: float, as_json: bool, docker: bool, project: str
+) -> None:
     """Stop one node (if running) and start it again with the same config and data."""
+    if docker:
+        with _docker_errors():
+            cluster = _docker_cluster(cluster_dir, project)
+            cluster.restart(node_id, max(timeout, 120.0))
+            _print_status(cluster.status(), as_json)
+        return
     root = Path(cluster_dir).resolve()
     state = _require_state(root)
     entry = _find(state, node_id)
@@ -222,6 +322,75 @@ def cluster_restart(cluster_dir: str, node_id: int, timeout: float, as_json: boo
     entry.update(_entry(process))
     (root / STATE_FILE).write_text(json.dumps(state, indent=2))
     _print_status(_status(state), as_json)
+
+
+@cluster.command("partition")
+@_dir_option
+@click.argument("node_ids", type=int, nargs=-1, required=True)
+@_docker_option
+@_project_option
+def cluster_partition(
+    cluster_dir: str, node_ids: tuple[int, ...], docker: bool, project: str
+) -> None:
+    """Cut nodes off the cluster network (they run on, reaching nobody); undo with heal."""
+    if not docker:
+        raise click.ClickException(
+            "partition needs --docker: local nodes share the loopback interface"
+        )
+    with _docker_errors():
+        cut = _docker_cluster(cluster_dir, project).partition(node_ids)
+    click.echo(json.dumps({"partitioned": cut}))
+
+
+@cluster.command("heal")
+@_dir_option
+@_docker_option
+@_project_option
+def cluster_heal(cluster_dir: str, docker: bool, project: str) -> None:
+    """Reconnect every node cut off by partition."""
+    if not docker:
+        raise click.ClickException("heal needs --docker: local nodes are never partitioned")
+    with _docker_errors():
+        healed = _docker_cluster(cluster_dir, project).heal()
+    click.echo(json.dumps({"healed": healed}))
+
+
+@cluster.command("build-image")
+@click.option("--base-image", help="base image (default: python:3.11-slim-bookworm or a local one)")
+@click.option("--force", is_flag=True, help="rebuild even if the image is up to date")
+def cluster_build_image(base_image: str | None, force: bool) -> None:
+    """Build the node image flux:latest from docker/Dockerfile with wheels built here."""
+    from flux.cli import docker_cluster
+
+    with _docker_errors():
+        client = docker_cluster.connect()
+        tag = docker_cluster.ensure_image(
+            client,
+            docker_cluster.find_root(),
+            base_image=base_image,
+            force=force,
+            echo=lambda line: click.echo(line, err=True),
+        )
+    click.echo(json.dumps({"image": tag}))
+
+
+@contextlib.contextmanager
+def _docker_errors() -> Iterator[None]:
+    """Docker problems end the command with their one-line message and a non-zero status."""
+    from flux.cli.docker_cluster import DockerError
+
+    try:
+        yield
+    except DockerError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def _docker_cluster(cluster_dir: str, project: str) -> Any:
+    from flux.cli import docker_cluster
+
+    client = docker_cluster.connect()
+    state_path = Path(cluster_dir).resolve() / f"docker-{project}.json"
+    return docker_cluster.DockerCluster(client, docker_cluster.find_root(), project, state_path)
 
 
 def _process(node_id: int, node_dir: Path) -> NodeProcess:

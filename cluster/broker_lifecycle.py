@@ -51,7 +51,9 @@ class BrokerLifecycle:
         self._config = config
         self._client = client
         self._replicas = replicas
-        self.kafka_port = 0  # set once the Kafka listener is bound, before start()
+        # Advertised (name, host, port) of every Kafka listener, primary first: set once the
+        # listeners are bound, before start().
+        self.listeners: list[tuple[str, str, int]] = []
         self._http_port = http_port
         self.broker_id = config.node.id
         self.incarnation_id = uuid.uuid4().hex
@@ -63,7 +65,7 @@ class BrokerLifecycle:
         replicas.add_image_listener(self._on_image)
 
     async def start(self) -> None:
-        assert self.kafka_port > 0, "bind the Kafka listener before registering"
+        assert self.listeners, "bind the Kafka listeners before registering"
         await self._register()
         self._tasks = [
             asyncio.create_task(self._follow_metadata()),
@@ -83,11 +85,13 @@ class BrokerLifecycle:
             {
                 "broker_id": self.broker_id,
                 "incarnation_id": self.incarnation_id,
-                "kafka_host": self._config.advertised_host,
-                "kafka_port": self.kafka_port,
-                "http_host": self._config.advertised_host,
+                "kafka_host": self.listeners[0][1],
+                "kafka_port": self.listeners[0][2],
+                # Other brokers fetch over HTTP at the primary listener's host.
+                "http_host": self.listeners[0][1],
                 "http_port": self._http_port,
                 "rack": broker.rack or None,
+                "listeners": [list(listener) for listener in self.listeners],
             },
             timeout_s=REGISTER_TIMEOUT_S,
         )

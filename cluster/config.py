@@ -13,6 +13,7 @@ look like one (numbers, booleans, arrays) and as plain strings otherwise.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -100,6 +101,45 @@ def _str_list(value: Any) -> tuple[str, ...]:
 
 _PORT = _int(0, 65535)
 
+_LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One Kafka listener: where it binds and what clients connecting to it are told.
+
+    ``advertised_port`` 0 means "the port actually bound" (so ``port = 0`` works)."""
+
+    name: str
+    host: str
+    port: int
+    advertised_host: str
+    advertised_port: int = 0
+
+
+def _parse_listener(text: str) -> tuple[str, str, int]:
+    name, sep, address = text.partition("://")
+    host, colon, port_text = address.rpartition(":")
+    if not sep or not colon or not _LISTENER_NAME.fullmatch(name):
+        raise ValueError(f"listener {text!r} is not of the form NAME://host:port")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"listener {text!r} has no valid port") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"listener {text!r}: port {port} is not in 0..65535")
+    return name, host.strip("[]"), port
+
+
+def _listener_list(value: Any) -> tuple[tuple[str, str, int], ...]:
+    if isinstance(value, tuple) and all(isinstance(item, tuple) for item in value):
+        return value  # already parsed
+    parsed = tuple(_parse_listener(item) for item in _str_list(value))
+    names = [name for name, _, _ in parsed]
+    if len(set(names)) != len(names):
+        raise ValueError(f"listener names must be unique, got {names}")
+    return parsed
+
 
 @dataclass(frozen=True)
 class Voter:
@@ -160,6 +200,12 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "host": _Key("127.0.0.1", _str(), "address the listeners bind"),
         "advertised_host": _Key("", _str(), "host clients are told to use (default: host)"),
         "kafka_port": _Key(9092, _PORT, "Kafka protocol listener port (0 = any free port)"),
+        "listeners": _Key(
+            (), _listener_list, "Kafka listeners NAME://host:port (default: one on host:kafka_port)"
+        ),
+        "advertised_listeners": _Key(
+            (), _listener_list, "addresses clients are told per listener, NAME://host:port"
+        ),
         "http_port": _Key(0, _PORT, "HTTP API port (0 = any free port)"),
         "rack": _Key("", _str(), "rack id reported in metadata"),
         "auto_create_topics": _Key(True, _bool, "create unknown topics on metadata/produce"),
@@ -255,6 +301,23 @@ class NodeConfig:
         broker = self._values["broker"]
         return broker["advertised_host"] or broker["host"]
 
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        """The Kafka listeners, primary first. Without ``broker.listeners`` there is one,
+        ``PLAINTEXT`` on ``host:kafka_port`` advertised as ``advertised_host``. The primary
+        listener's advertised host is also the broker's HTTP address for other brokers."""
+        broker = self._values["broker"]
+        if not broker["listeners"]:
+            return (
+                Listener("PLAINTEXT", broker["host"], broker["kafka_port"], self.advertised_host),
+            )
+        advertised = {name: (host, port) for name, host, port in broker["advertised_listeners"]}
+        listeners = []
+        for name, host, port in broker["listeners"]:
+            advertised_host, advertised_port = advertised.get(name, (host, 0))
+            listeners.append(Listener(name, host, port, advertised_host, advertised_port))
+        return tuple(listeners)
+
 
 class _Section:
     def __init__(self, keys: Mapping[str, Any]) -> None:
@@ -298,6 +361,7 @@ def parse_config(raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = 
             except ValueError as error:
                 raise ConfigError(f"{section}.{key}: {error}") from None
     _check_roles(values)
+    _check_listeners(values["broker"])
     _check_election_timeouts(values["controller"])
     return NodeConfig(values)
 
@@ -336,6 +400,34 @@ def _check_roles(values: dict[str, dict[str, Any]]) -> None:
             )
     elif not voters:
         raise ConfigError("controller.voters: a broker-only node needs the controller voters")
+
+
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def _check_listeners(broker: dict[str, Any]) -> None:
+    """Every advertised listener names a listener; none advertises a wildcard address."""
+    if not broker["listeners"] and (broker["advertised_host"] or broker["host"]) in _WILDCARDS:
+        raise ConfigError(
+            f"broker.advertised_host: the listener binds {broker['host']!r}; give the address "
+            f"clients should use in broker.advertised_host"
+        )
+    names = {name for name, _, _ in broker["listeners"]}
+    for name, host, _ in broker["advertised_listeners"]:
+        if name not in names:
+            raise ConfigError(
+                f"broker.advertised_listeners: {name!r} is not in broker.listeners "
+                f"({', '.join(sorted(names)) or 'none set'})"
+            )
+        if host in _WILDCARDS:
+            raise ConfigError(f"broker.advertised_listeners: {name} advertises {host!r}")
+    advertised = {name for name, _, _ in broker["advertised_listeners"]}
+    for name, host, _ in broker["listeners"]:
+        if name not in advertised and host in _WILDCARDS:
+            raise ConfigError(
+                f"broker.listeners: {name} binds {host or 'every address'!r}; give its address "
+                f"for clients in broker.advertised_listeners"
+            )
 
 
 def _check_election_timeouts(controller: dict[str, Any]) -> None:

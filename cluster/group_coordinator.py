@@ -250,8 +250,11 @@ class GroupCoordinator:
 
     # -- APIs ---------------------------------------------------------------------------------
 
-    async def find_coordinator(self, keys: list[tuple[str, int]]) -> list[dict[str, Any]]:
-        """(key, key_type) -> coordinator entries (node id, host, port, error)."""
+    async def find_coordinator(
+        self, keys: list[tuple[str, int]], listener: str | None = None
+    ) -> list[dict[str, Any]]:
+        """(key, key_type) -> coordinator entries (node id, host, port, error); the address is
+        the coordinator's on ``listener`` (the one the asking client connected to)."""
         if self._offsets_partition_count() == 0:
             await self._create_offsets_topic()
         image = self._replicas.image
@@ -273,9 +276,8 @@ class GroupCoordinator:
             elif registration is None or registration.fenced:
                 entry["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
             else:
-                entry.update(
-                    node_id=leader, host=registration.kafka_host, port=registration.kafka_port
-                )
+                host, port = registration.endpoint(listener)
+                entry.update(node_id=leader, host=host, port=port)
             answers.append(entry)
         return answers
 

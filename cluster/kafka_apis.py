@@ -113,9 +113,10 @@ class KafkaApis:
         self._producer_ids = producer_ids
         self._groups = groups
         self._node_id = config.node.id
+        # Metadata, DescribeCluster, FindCoordinator and JoinGroup also need the connection
+        # and are dispatched in ``handle``.
         self._handlers = {
             ApiKey.API_VERSIONS: self._api_versions,
-            ApiKey.METADATA: self._metadata,
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets,
@@ -123,10 +124,7 @@ class KafkaApis:
             ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
             ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
-            ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
-            ApiKey.FIND_COORDINATOR: self._find_coordinator,
-            ApiKey.JOIN_GROUP: self._join_group,
             ApiKey.SYNC_GROUP: self._sync_group,
             ApiKey.HEARTBEAT: self._heartbeat,
             ApiKey.LEAVE_GROUP: self._leave_group,
@@ -145,6 +143,13 @@ class KafkaApis:
             raise UnsupportedVersionError(header.api_key, header.api_version, header.correlation_id)
         if header.api_key == ApiKey.JOIN_GROUP:
             response = await self._join_group(header, body, connection.peer)
+        elif header.api_key == ApiKey.METADATA:
+            # Broker addresses are answered on the listener the client came in on.
+            response = await self._metadata(header, body, connection.listener)
+        elif header.api_key == ApiKey.DESCRIBE_CLUSTER:
+            response = await self._describe_cluster(header, body, connection.listener)
+        elif header.api_key == ApiKey.FIND_COORDINATOR:
+            response = await self._find_coordinator(header, body, connection.listener)
         else:
             response = await self._handlers[header.api_key](header, body)
         if response is None:
@@ -167,18 +172,14 @@ class KafkaApis:
             "throttle_time_ms": 0,
         }
 
-    def _live_brokers(self) -> list[dict[str, Any]]:
+    def _live_brokers(self, listener: str) -> list[dict[str, Any]]:
         image = self._image
         brokers = []
         for broker_id in image.live_broker_ids():
             registration = image.brokers[broker_id]
+            host, port = registration.endpoint(listener)
             brokers.append(
-                {
-                    "node_id": broker_id,
-                    "host": registration.kafka_host,
-                    "port": registration.kafka_port,
-                    "rack": registration.rack,
-                }
+                {"node_id": broker_id, "host": host, "port": port, "rack": registration.rack}
             )
         return brokers
 
@@ -190,7 +191,9 @@ class KafkaApis:
             return active
         return self._node_id
 
-    async def _metadata(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+    async def _metadata(
+        self, header: RequestHeader, body: dict[str, Any], listener: str
+    ) -> dict[str, Any]:
         requested = body.get("topics")
         if header.api_version == 0 and not requested:
             requested = None  # v0: an empty list means every topic
@@ -207,7 +210,7 @@ class KafkaApis:
             await self._auto_create([name for name, _ in names if name])
         return {
             "throttle_time_ms": 0,
-            "brokers": self._live_brokers(),
+            "brokers": self._live_brokers(listener),
             "cluster_id": self._config.node.cluster_id,
             "controller_id": self._controller_id(),
             "topics": [self._topic_metadata(name, topic_id) for name, topic_id in names],
@@ -266,7 +269,7 @@ class KafkaApis:
         }
 
     async def _describe_cluster(
-        self, header: RequestHeader, body: dict[str, Any]
+        self, header: RequestHeader, body: dict[str, Any], listener: str
     ) -> dict[str, Any]:
         endpoint_type = body.get("endpoint_type", 1)
         response: dict[str, Any] = {
@@ -278,7 +281,7 @@ class KafkaApis:
             "controller_id": self._controller_id(),
             "brokers": [
                 {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
-                for b in self._live_brokers()
+                for b in self._live_brokers(listener)
             ],
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
@@ -425,13 +428,13 @@ class KafkaApis:
     # -- consumer groups ----------------------------------------------------------------------
 
     async def _find_coordinator(
-        self, header: RequestHeader, body: dict[str, Any]
+        self, header: RequestHeader, body: dict[str, Any], listener: str
     ) -> dict[str, Any]:
         if header.api_version >= 4:
             keys = [(key, body.get("key_type", 0)) for key in body["coordinator_keys"]]
         else:
             keys = [(body["key"], body.get("key_type", 0))]
-        answers = await self._groups.find_coordinator(keys)
+        answers = await self._groups.find_coordinator(keys, listener)
         if header.api_version >= 4:
             return {"throttle_time_ms": 0, "coordinators": answers}
         answer = answers[0]

@@ -33,10 +33,13 @@ Handler = Callable[[RequestHeader, dict, "ConnectionInfo"], Awaitable[bytes | No
 
 
 class ConnectionInfo:
-    __slots__ = ("peer", "requests")
+    """One client connection: its peer address and the listener it came in on."""
 
-    def __init__(self, peer: str) -> None:
+    __slots__ = ("peer", "listener", "requests")
+
+    def __init__(self, peer: str, listener: str = "PLAINTEXT") -> None:
         self.peer = peer
+        self.listener = listener
         self.requests = 0
 
 
@@ -52,8 +55,10 @@ class KafkaServer:
         max_request_bytes: int,
         max_connections: int,
         advertised_versions: Mapping[int, tuple[int, int]],
+        listener: str = "PLAINTEXT",
     ) -> None:
         self._handler = handler
+        self.listener = listener
         self._advertised_versions = dict(advertised_versions)
         self._host = host
         self._port = port
@@ -68,9 +73,16 @@ class KafkaServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._accept, self._host, self._port, reuse_address=True, limit=1 << 20
-        )
+        try:
+            self._server = await asyncio.start_server(
+                self._accept, self._host, self._port, reuse_address=True, limit=1 << 20
+            )
+        except OSError as error:
+            raise OSError(
+                error.errno,
+                f"Kafka listener {self.listener} cannot bind {self._host}:{self._port}: "
+                f"{error.strerror}",
+            ) from None
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -97,7 +109,7 @@ class KafkaServer:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            await self._serve(reader, writer, ConnectionInfo(peer))
+            await self._serve(reader, writer, ConnectionInfo(peer, self.listener))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:

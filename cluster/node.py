@@ -50,7 +50,8 @@ class Node:
         self.config = config
         self.controller: ControllerService | None = None
         self.replicas: ReplicaManager | None = None
-        self.kafka: KafkaServer | None = None
+        self.kafka: KafkaServer | None = None  # the primary listener
+        self.kafka_servers: list[KafkaServer] = []
         self.lifecycle: BrokerLifecycle | None = None
         self.isr: IsrManager | None = None
         self.http: BrokerHttpServer | None = None
@@ -74,11 +75,16 @@ class Node:
         if "broker" in config.node.roles:
             await self._start_broker()
             assert self.kafka is not None
-            ready["host"] = config.advertised_host
-            ready["kafka_port"] = self.kafka.port
-            ready["bootstrap_servers"] = f"{config.advertised_host}:{self.kafka.port}"
+            assert self.lifecycle is not None
+            name, host, port = self.lifecycle.listeners[0]
+            ready["host"] = host
+            ready["kafka_port"] = port
+            ready["bootstrap_servers"] = f"{host}:{port}"
+            ready["listeners"] = {
+                name: f"{host}:{port}" for name, host, port in self.lifecycle.listeners
+            }
             assert self.http is not None
-            ready["broker_http"] = f"{config.advertised_host}:{self.http.port}"
+            ready["broker_http"] = f"{host}:{self.http.port}"
         else:
             await self._wait_for_quorum_leader()
         _write_json_atomically(ready_path, ready)
@@ -141,16 +147,23 @@ class Node:
         )
         # The listener binds first so the registration carries the real port; requests that
         # arrive before the first metadata image are answered from the empty image.
-        self.kafka = KafkaServer(
-            apis.handle,
-            host=config.broker.host,
-            port=config.broker.kafka_port,
-            max_request_bytes=config.broker.socket_request_max_bytes,
-            max_connections=config.broker.max_connections,
-            advertised_versions=ADVERTISED_VERSIONS,
-        )
-        await self.kafka.start()
-        self.lifecycle.kafka_port = self.kafka.port
+        for listener in config.listeners:
+            server = KafkaServer(
+                apis.handle,
+                host=listener.host,
+                port=listener.port,
+                max_request_bytes=config.broker.socket_request_max_bytes,
+                max_connections=config.broker.max_connections,
+                advertised_versions=ADVERTISED_VERSIONS,
+                listener=listener.name,
+            )
+            await server.start()
+            self.kafka_servers.append(server)
+        self.kafka = self.kafka_servers[0]
+        self.lifecycle.listeners = [
+            (listener.name, listener.advertised_host, listener.advertised_port or server.port)
+            for listener, server in zip(config.listeners, self.kafka_servers, strict=True)
+        ]
         # Fetchers listen to images from the first one on, so they exist before following starts.
         self.fetchers = ReplicaFetcherManager(
             self.replicas, broker_id=config.node.id, incarnation_id=self.lifecycle.incarnation_id
@@ -193,8 +206,8 @@ class Node:
             await self.fetchers.stop()
         if self.lifecycle is not None:
             await self.lifecycle.stop()
-        if self.kafka is not None:
-            await self.kafka.stop()
+        for server in self.kafka_servers:
+            await server.stop()
         if self.http is not None:
             await self.http.stop()
         if self.replicas is not None:

@@ -159,6 +159,18 @@ def _validate_registration(
         raise _Rejected(ErrorCode.INVALID_REQUEST, f"rack {rack!r} is not valid")
 
 
+def _validate_listener_names(
+    listeners: Sequence[tuple[str, str, int]],
+) -> tuple[tuple[str, str, int], ...]:
+    names = [name for name, _, _ in listeners]
+    for name in names:
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_HOST_LENGTH:
+            raise _Rejected(ErrorCode.INVALID_REQUEST, f"listener name {name!r} is not valid")
+    if len(set(names)) != len(names):
+        raise _Rejected(ErrorCode.INVALID_REQUEST, f"listener names repeat: {names}")
+    return tuple((name, host, port) for name, host, port in listeners)
+
+
 def register_broker(
     image: MetadataImage,
     *,
@@ -169,6 +181,7 @@ def register_broker(
     http_host: str,
     http_port: int,
     rack: str | None,
+    listeners: Sequence[tuple[str, str, int]] = (),
 ) -> ControllerResult:
     """Register a broker process. The newest incarnation wins: an older, unfenced one is fenced
     (its leaderships move as for ``fence_broker``). Re-sending the registration of the current
@@ -177,9 +190,14 @@ def register_broker(
         _validate_registration(
             broker_id,
             incarnation_id,
-            [("kafka", kafka_host, kafka_port), ("http", http_host, http_port)],
+            [
+                ("kafka", kafka_host, kafka_port),
+                ("http", http_host, http_port),
+                *((f"listener {name!r}", host, port) for name, host, port in listeners),
+            ],
             rack,
         )
+        listeners = _validate_listener_names(listeners)
     except _Rejected as rejected:
         return _error(rejected.error_code, rejected.message, broker_id=broker_id)
     record = RegisterBroker(
@@ -190,6 +208,7 @@ def register_broker(
         http_host=http_host,
         http_port=http_port,
         rack=rack,
+        listeners=listeners,
     )
     current = image.brokers.get(broker_id)
     fields: dict[str, Any] = {"broker_id": broker_id, "incarnation_id": incarnation_id}
@@ -200,7 +219,8 @@ def register_broker(
             current.http_host,
             current.http_port,
             current.rack,
-        ) == (kafka_host, kafka_port, http_host, http_port, rack)
+            current.listeners,
+        ) == (kafka_host, kafka_port, http_host, http_port, rack, listeners)
         if same:
             return _ok(**fields, fenced=current.fenced)
     records: list[Record] = [record]

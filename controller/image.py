@@ -118,6 +118,15 @@ class BrokerRegistration:
     http_port: int
     rack: str | None
     fenced: bool
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str | None) -> tuple[str, int]:
+        """The advertised ``(host, port)`` of ``listener``; the primary listener for None or a
+        name this broker does not have (a client is never left without an address)."""
+        for name, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        return self.kafka_host, self.kafka_port
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +138,7 @@ class BrokerRegistration:
             "http_port": self.http_port,
             "rack": self.rack,
             "fenced": self.fenced,
+            "listeners": [list(endpoint) for endpoint in self.listeners],
         }
 
     @classmethod
@@ -142,6 +152,9 @@ class BrokerRegistration:
             http_port=int(data["http_port"]),
             rack=None if data.get("rack") is None else str(data["rack"]),
             fenced=bool(data["fenced"]),
+            listeners=tuple(
+                (str(name), str(host), int(port)) for name, host, port in data.get("listeners", ())
+            ),
         )
 
 
@@ -296,6 +309,7 @@ class MetadataImage:
             http_port=record.http_port,
             rack=record.rack,
             fenced=True,
+            listeners=record.listeners,
         )
         brokers = self.brokers.set(record.broker_id, registration)
         return replace(self, brokers=FrozenMap(sorted(brokers.items())))

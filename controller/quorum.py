@@ -80,10 +80,14 @@ def raft_settings(
     log_compaction_min_entries: int,
     single_node: bool = False,
     election_timeout_s: tuple[float, float] = (0.4, 1.0),
+    bind_address: str | None = None,
 ) -> SyncObjConf:
     """pysyncobj settings for the metadata quorum (see the notes on pysyncobj for why)."""
     return SyncObjConf(
         password=secret,
+        # Where the Raft port binds when it differs from the address peers use (a container
+        # binds 0.0.0.0 and is reached as flux1); None binds the self address.
+        bindAddress=bind_address,
         journalFile=journal_file,
         fullDumpFile=dump_file,
         # ~1,000 synchronous commits/s instead of ~10/s with batching.
@@ -171,6 +175,7 @@ class MetadataQuorum:
         on_leadership: Callable[[bool], None] | None = None,
         log_compaction_min_entries: int = 1000,
         election_timeout_s: tuple[float, float] = (0.4, 1.0),
+        bind_address: str | None = None,
     ) -> None:
         if not secret:
             raise ValueError("the Raft secret must not be empty: peers exchange pickled messages")
@@ -201,6 +206,7 @@ class MetadataQuorum:
             log_compaction_min_entries=log_compaction_min_entries,
             single_node=not self.peer_addresses,
             election_timeout_s=election_timeout_s,
+            bind_address=bind_address,
         )
         self._sync = SyncObj(self_address, list(self.peer_addresses), conf, [self._machine])
 

@@ -51,6 +51,10 @@ class RegisterBroker:
     http_host: str
     http_port: int
     rack: str | None = None
+    # Every Kafka listener as advertised, ``(name, host, port)``, primary first (Kafka's
+    # listener names: a client is told the brokers' addresses on the listener it connected
+    # to). Empty for a broker with one listener: ``kafka_host:kafka_port`` is then its only one.
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +263,22 @@ def _pairs(value: Any, where: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _endpoints(value: Any, where: str) -> tuple[tuple[str, str, int], ...]:
+    endpoints = []
+    for i, item in enumerate(_list(value, where)):
+        triple = _list(item, f"{where}[{i}]")
+        if len(triple) != 3:
+            raise InvalidRecordError(f"{where}[{i}]: expected [name, host, port], got {item!r}")
+        endpoints.append(
+            (
+                _str(triple[0], f"{where}[{i}][0]"),
+                _str(triple[1], f"{where}[{i}][1]"),
+                _int(triple[2], f"{where}[{i}][2]"),
+            )
+        )
+    return tuple(endpoints)
+
+
 _Parser = Callable[[Any, str], Any]
 
 _SCHEMAS: dict[str, dict[str, _Parser]] = {
@@ -270,6 +290,7 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
         "http_host": _str,
         "http_port": _int,
         "rack": _optional_str,
+        "listeners": _endpoints,
     },
     "FenceBroker": {"broker_id": _int, "incarnation_id": _str},
     "UnfenceBroker": {"broker_id": _int, "incarnation_id": _str},
@@ -293,7 +314,7 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
     },
 }
 
-_OPTIONAL_FIELDS = {("RegisterBroker", "rack")}
+_OPTIONAL_FIELDS = {("RegisterBroker", "rack"), ("RegisterBroker", "listeners")}
 
 
 def record_from_dict(data: Mapping[str, Any]) -> Record:

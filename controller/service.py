@@ -126,7 +126,10 @@ class ControllerService:
         self._quorum = MetadataQuorum(
             node_id=settings.node_id,
             self_address=settings.self_voter.raft_address,
-            peer_addresses=[v.raft_address for v in settings.voters if v.node_id != settings.node_id],
+            bind_address=f"{settings.host}:{settings.self_voter.raft_address.rpartition(':')[2]}",
+            peer_addresses=[
+                v.raft_address for v in settings.voters if v.node_id != settings.node_id
+            ],
             data_dir=settings.data_dir,
             secret=settings.secret,
             loop=asyncio.get_running_loop(),
@@ -145,7 +148,9 @@ class ControllerService:
                 web.get("/controller/metadata", self._metadata),
                 web.post("/controller/topics", self._json(self._create_topic)),
                 web.delete("/controller/topics/{name}", self._json(self._delete_topic)),
-                web.post("/controller/topics/{name}/partitions", self._json(self._create_partitions)),
+                web.post(
+                    "/controller/topics/{name}/partitions", self._json(self._create_partitions)
+                ),
                 web.post("/controller/partitions/alter", self._json(self._alter_partition)),
                 web.post("/controller/elect-leaders", self._json(self._elect_leaders)),
                 web.post("/controller/configs", self._json(self._alter_configs)),
@@ -283,6 +288,7 @@ class ControllerService:
                 http_host=_str_field(body, "http_host"),
                 http_port=_int_field(body, "http_port"),
                 rack=body.get("rack") or None,
+                listeners=_listeners_field(body),
             )
         )
         if result.response.get("error_code", 0) == 0:
@@ -373,18 +379,14 @@ class ControllerService:
         now = time.monotonic()
         # Only brokers that heartbeated to this controller count: after a failover, a dead
         # broker stays unfenced until its session expires, and must not be handed leadership.
-        heard = {
-            broker_id for broker_id, session in self._sessions.items() if session.heard_from
-        }
+        heard = {broker_id for broker_id, session in self._sessions.items() if session.heard_from}
         image = self.image
         electable = {
             (topic, index)
             for topic, index in handlers.preferred_leader_imbalance(image)
             if image.topics[topic].partitions[index].preferred_leader in heard
         }
-        self._electable_since = {
-            key: self._electable_since.get(key, now) for key in electable
-        }
+        self._electable_since = {key: self._electable_since.get(key, now) for key in electable}
         due = [key for key, since in self._electable_since.items() if now - since >= delay_s]
         if not due:
             return
@@ -444,7 +446,9 @@ class ControllerService:
             try:
                 assignments = {int(k): [int(b) for b in v] for k, v in assignments.items()}
             except (TypeError, ValueError):
-                raise _BadRequest("assignments must map partition numbers to broker id lists") from None
+                raise _BadRequest(
+                    "assignments must map partition numbers to broker id lists"
+                ) from None
         configs = body.get("configs") or {}
         if not isinstance(configs, dict) or not all(isinstance(v, str) for v in configs.values()):
             raise _BadRequest("configs must map config names to string values")
@@ -471,7 +475,9 @@ class ControllerService:
         result, image = await self._write(lambda image: handlers.delete_topic(image, name=name))
         return {**result.response, "version": image.version}
 
-    async def _create_partitions(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+    async def _create_partitions(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> dict[str, Any]:
         name = request.match_info["name"]
         count = _int_field(body, "count")
         result, image = await self._write(
@@ -563,3 +569,24 @@ def _str_field(body: dict[str, Any], key: str) -> str:
 
 def _error(status: int, code: ErrorCode, message: str) -> web.Response:
     return web.json_response({"error_code": int(code), "error_message": message}, status=status)
+
+
+def _listeners_field(body: dict[str, Any]) -> tuple[tuple[str, str, int], ...]:
+    """Optional ``listeners``: ``[[name, host, port], ...]`` (types checked here, values by the
+    registration handler)."""
+    value = body.get("listeners", [])
+    if not isinstance(value, list):
+        raise _BadRequest(f"field 'listeners' must be a list, got {value!r}")
+    listeners = []
+    for item in value:
+        if (
+            not isinstance(item, list)
+            or len(item) != 3
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], str)
+            or isinstance(item[2], bool)
+            or not isinstance(item[2], int)
+        ):
+            raise _BadRequest(f"listeners: expected [name, host, port], got {item!r}")
+        listeners.append((item[0], item[1], item[2]))
+    return tuple(listeners)

@@ -222,6 +222,11 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
 
     Raises ``UnsupportedVersionError`` (with the correlation id) for an API key or version
     outside ``SUPPORTED_VERSIONS``, and ``InvalidFrameError`` for anything malformed.
+
+    Bytes after a complete body are ignored, as Kafka's brokers ignore them: librdkafka 2.x
+    sends three stray bytes after a flexible "all topics" MetadataRequest, and an unmodified
+    client must not be disconnected for it. (Responses, which we decode as a client, stay
+    strict.)
     """
     buf = _view(frame)
     if len(buf) < _REQUEST_HEADER_PREFIX.size:
@@ -237,7 +242,6 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
         raise
     except _DECODE_FAILURES as exc:
         raise InvalidFrameError(f"malformed {message.name} v{api_version}: {exc}") from None
-    _check_consumed(buf, pos, f"{message.name} v{api_version}")
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
     return header, body
 

@@ -8,6 +8,12 @@ from typing import Any
 
 import pytest
 from flux.cluster.launcher import NodeProcess, local_cluster_configs
+from hypothesis import settings
+
+# Property tests share 2 cores with cluster processes under xdist: hypothesis's per-example
+# deadline (200 ms) would then fail on scheduling noise, not on a bug.
+settings.register_profile("flux", deadline=None)
+settings.load_profile("flux")
 
 ClusterFactory = Callable[..., list[NodeProcess]]
 

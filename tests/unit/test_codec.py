@@ -321,12 +321,21 @@ def test_string_length_past_the_end_is_rejected() -> None:
         decode_request(h("0012 0003 | 00000002 | 0001 63 | 00 | ffffffff0f | 00 | 00"))
 
 
-def test_truncated_and_padded_frames_are_rejected() -> None:
+def test_truncated_frames_are_rejected_and_trailing_bytes_ignored() -> None:
     for cut in range(len(PRODUCE_V3)):
         with pytest.raises(ProtocolError):
             decode_request(PRODUCE_V3[:cut])
-    with pytest.raises(InvalidFrameError, match="unexpected bytes"):
-        decode_request(PRODUCE_V3 + b"\x00")
+    # Like Kafka's brokers, bytes after a complete request body are ignored.
+    assert decode_request(PRODUCE_V3 + b"\x00") == decode_request(PRODUCE_V3)
+
+
+def test_librdkafka_all_topics_metadata_request_decodes() -> None:
+    """The exact frame librdkafka 2.16 sends for list_topics() (three stray bytes at the end):
+    rejecting it disconnected confluent-kafka's AdminClient.list_topics()."""
+    frame = h("0003 000c | 00000003 | 0007 72646b61666b61 | 00 | 00 00 00 00 | 010000")
+    header, body = decode_request(frame)
+    assert (header.api_key, header.api_version, header.client_id) == (3, 12, "rdkafka")
+    assert body["topics"] is None and body["allow_auto_topic_creation"] is False
 
 
 def test_invalid_utf8_is_an_invalid_frame() -> None:

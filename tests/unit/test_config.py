@@ -25,16 +25,18 @@ def test_voters_must_include_this_controller_on_its_ports() -> None:
     config = parse_config({"controller": {"secret": "s", "voters": voters}}, environ={})
     assert [voter.node_id for voter in config.controller.voters] == [1, 2]
     with pytest.raises(ConfigError, match="not among the voters"):
-        parse_config({"node": {"id": 3}, "controller": {"secret": "s", "voters": voters}}, environ={})
-    with pytest.raises(ConfigError, match="does not match"):
         parse_config(
-            {"controller": {"secret": "s", "voters": voters, "raft_port": 1}}, environ={}
+            {"node": {"id": 3}, "controller": {"secret": "s", "voters": voters}}, environ={}
         )
+    with pytest.raises(ConfigError, match="does not match"):
+        parse_config({"controller": {"secret": "s", "voters": voters, "raft_port": 1}}, environ={})
     with pytest.raises(ConfigError, match="controller.voters"):
         parse_config({"controller": {"secret": "s", "voters": ["1@h"]}}, environ={})
     with pytest.raises(ConfigError, match="controller.secret"):
         parse_config({}, environ={})
-    broker_only = parse_config({"node": {"roles": ["broker"]}, "controller": {"voters": voters}}, environ={})
+    broker_only = parse_config(
+        {"node": {"roles": ["broker"]}, "controller": {"voters": voters}}, environ={}
+    )
     assert broker_only.node.roles == ("broker",)
     with pytest.raises(ConfigError, match="broker-only"):
         parse_config({"node": {"roles": ["broker"]}}, environ={})
@@ -72,6 +74,16 @@ def test_environment_overrides_file(tmp_path: Path) -> None:
         ({"broker": {"auto_create_topics": 1}}, {}, "broker.auto_create_topics"),
         ({}, {"FLUX_BROKER__NOPE": "1"}, "FLUX_BROKER__NOPE"),
         ({}, {"FLUX_TOPIC__PARTITIONS": "zero"}, "topic.partitions"),
+        ({"broker": {"listeners": ["INTERNAL:9092"]}}, {}, "broker.listeners"),
+        ({"broker": {"listeners": ["A://h:1", "A://h:2"]}}, {}, "broker.listeners"),
+        ({"broker": {"listeners": ["A://h:99999"]}}, {}, "broker.listeners"),
+        (
+            {"broker": {"listeners": ["A://h:1"], "advertised_listeners": ["B://h:1"]}},
+            {},
+            "broker.advertised_listeners",
+        ),
+        ({"broker": {"listeners": ["A://0.0.0.0:1"]}}, {}, "broker.listeners"),
+        ({"broker": {"host": "0.0.0.0"}}, {}, "broker.advertised_host"),
     ],
 )
 def test_invalid_configuration_names_the_key(raw, environ, named) -> None:
@@ -85,3 +97,26 @@ def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
     path.write_text("[node\nid = 1")
     with pytest.raises(ConfigError, match="broken.toml"):
         load_config(path, environ={})
+
+
+def test_listeners_default_to_one_plaintext_listener() -> None:
+    config = parse_config({**SECRET, "broker": {"kafka_port": 9100, "advertised_host": "h1"}})
+    (listener,) = config.listeners
+    assert (listener.name, listener.host, listener.port) == ("PLAINTEXT", "127.0.0.1", 9100)
+    assert (listener.advertised_host, listener.advertised_port) == ("h1", 0)
+
+
+def test_listeners_from_the_environment_like_the_compose_file() -> None:
+    config = parse_config(
+        SECRET,
+        environ={
+            "FLUX_BROKER__LISTENERS": "INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:19092",
+            "FLUX_BROKER__ADVERTISED_LISTENERS": "INTERNAL://flux1:9092,EXTERNAL://127.0.0.1:29092",
+        },
+    )
+    assert [
+        (x.name, x.host, x.port, x.advertised_host, x.advertised_port) for x in config.listeners
+    ] == [
+        ("INTERNAL", "0.0.0.0", 9092, "flux1", 9092),
+        ("EXTERNAL", "0.0.0.0", 19092, "127.0.0.1", 29092),
+    ]

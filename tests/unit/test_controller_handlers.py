@@ -176,6 +176,50 @@ def test_register_broker_validates_input() -> None:
     assert result.response["error_code"] == ErrorCode.INVALID_REQUEST
 
 
+def test_registered_listeners_answer_per_listener_and_fall_back_to_the_primary() -> None:
+    listeners = (("INTERNAL", "flux1", 9092), ("EXTERNAL", "127.0.0.1", 19092))
+    result = handlers.register_broker(
+        MetadataImage.EMPTY,
+        broker_id=1,
+        incarnation_id="i1",
+        kafka_host="flux1",
+        kafka_port=9092,
+        http_host="flux1",
+        http_port=8080,
+        rack=None,
+        listeners=listeners,
+    )
+    registration = _apply(MetadataImage.EMPTY, result.records).brokers[1]
+    assert registration.endpoint("EXTERNAL") == ("127.0.0.1", 19092)
+    assert registration.endpoint("INTERNAL") == ("flux1", 9092)
+    assert registration.endpoint("PLAINTEXT") == ("flux1", 9092)  # unknown name: the primary
+    assert type(registration).from_dict(registration.to_dict()) == registration
+
+
+@pytest.mark.parametrize(
+    "listeners",
+    [
+        (("A", "h", 1), ("A", "h", 2)),  # a name twice
+        (("A", "h", 0),),  # no port
+        (("", "h", 1),),  # no name
+        (("A", "", 1),),  # no host
+    ],
+)
+def test_register_broker_rejects_bad_listeners(listeners) -> None:
+    result = handlers.register_broker(
+        MetadataImage.EMPTY,
+        broker_id=1,
+        incarnation_id="i1",
+        kafka_host="k",
+        kafka_port=9092,
+        http_host="h",
+        http_port=8080,
+        rack=None,
+        listeners=listeners,
+    )
+    assert result.response["error_code"] == ErrorCode.INVALID_REQUEST
+
+
 def test_elect_all_preferred_reports_only_changes() -> None:
     image = _cluster(2)
     image = _apply(

@@ -28,6 +28,9 @@ SPEC = PartitionSpec(replicas=(1, 2), isr=(1, 2), leader=1)
 EXAMPLES: list[Record] = [
     RegisterBroker(1, "inc", "k", 9092, "h", 8080, rack="r1"),
     RegisterBroker(2, "inc", "k", 9092, "h", 8080),
+    RegisterBroker(
+        3, "inc", "k", 9092, "h", 8080, None, (("INTERNAL", "k", 9092), ("EXT", "x", 1))
+    ),
     FenceBroker(1, "inc"),
     UnfenceBroker(1, "inc"),
     CreateTopic("t", "tid", (SPEC, SPEC), (("retention.ms", "1"),)),

@@ -93,7 +93,9 @@ def test_follower_behind_the_leaders_log_start_restarts_there(tmp_path: Path) ->
     for batch in range(6):
         leader.append_as_leader(build_batch([(None, b"v%d" % batch, ())]))
     leader.log.delete_records_before(4)
-    answer = leader.serve_follower_fetch(2, fetch_offset=0, last_fetched_epoch=-1, max_bytes=1 << 20)
+    answer = leader.serve_follower_fetch(
+        2, fetch_offset=0, last_fetched_epoch=-1, max_bytes=1 << 20
+    )
     assert answer.error_code != 0 and answer.log_start_offset == 4
     _replicate(leader, follower)
     assert follower.log.log_start_offset == 4
