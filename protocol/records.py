@@ -61,7 +61,9 @@ __all__ = [
     "RecordInput",
     "RecordSpec",
     "TimestampType",
+    "RecordFields",
     "build_batch",
+    "decode_record_fields",
     "decode_records",
     "iter_batches",
     "parse_batch_header",
@@ -179,15 +181,20 @@ class RecordSpec:
     timestamp_ms: int | None = None
 
 
-#: What ``build_batch`` accepts per record: a ``RecordSpec``, ``(key, value)`` or
-#: ``(key, value, headers)``.
+#: What ``build_batch`` accepts per record: a ``RecordSpec``, ``(key, value)``,
+#: ``(key, value, headers)`` or ``(key, value, headers, timestamp_ms)`` (``None``: the batch's
+#: ``base_timestamp_ms``).
 RecordInput: TypeAlias = (
     RecordSpec
     | tuple[bytes | None, bytes | None]
     | tuple[bytes | None, bytes | None, Sequence[Header]]
+    | tuple[bytes | None, bytes | None, Sequence[Header], int | None]
 )
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
+#: A decoded record as ``decode_record_fields`` returns it: ``Record``'s fields in order.
+RecordFields: TypeAlias = tuple[int, int, bytes | None, bytes | None, tuple[Header, ...]]
+_Normalized: TypeAlias = tuple[Buffer | None, Buffer | None, Sequence[Header], int | None]
 
 
 # -- batch header ---------------------------------------------------------------------------
@@ -323,6 +330,20 @@ def decode_records(
     caller filters them by ``BatchHeader.is_control``. The CRC is checked unless
     ``verify_crc`` is false. Raises ``CorruptRecordError`` for every kind of malformed input.
     """
+    fields = decode_record_fields(
+        batch, verify_crc=verify_crc, max_decompressed_bytes=max_decompressed_bytes
+    )
+    return [Record(*record) for record in fields]
+
+
+def decode_record_fields(
+    batch: Buffer,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BATCH_BYTES,
+) -> list[RecordFields]:
+    """``decode_records`` as plain ``(offset, timestamp, key, value, headers)`` tuples, for
+    readers that build their own record objects (a tuple costs far less than a ``Record``)."""
     header = validate_batch(batch) if verify_crc else _parse_exact(batch)
     if header.records_count < 0:
         raise CorruptRecordError(f"negative record count {header.records_count}")
@@ -370,47 +391,95 @@ def _decode_record_list(
     base_offset: int,
     base_timestamp: int,
     fixed_timestamp: int | None,
-) -> list[Record]:
+) -> list[RecordFields]:
+    # One loop with the varint reads written out: one- and two-byte varints (nearly all
+    # lengths, deltas and counts) are read inline, longer ones by ``_read_varint``. This is
+    # the consumer's hot loop; a function call per field would double its cost.
     read = _read_varint
     varint = _VARINT_MAX_SHIFT
     varlong = _VARLONG_MAX_SHIFT
     end = len(data)
     pos = 0
-    records: list[Record] = []
+    records: list[RecordFields] = []
+    append = records.append
     for index in range(count):
-        length, pos = read(data, pos, varint)
+        byte = data[pos]
+        if byte < 0x80:
+            length = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            raw = (byte & 0x7F) | (data[pos + 1] << 7)
+            length = (raw >> 1) ^ -(raw & 1)
+            pos += 2
+        else:
+            length, pos = read(data, pos, varint)
         record_end = pos + length
         if length < 0 or record_end > end:
             raise CorruptRecordError(
                 f"record {index} claims {length} bytes, {end - pos} remain in the batch"
             )
         pos += 1  # attributes: unused by Kafka so far
-        timestamp_delta, pos = read(data, pos, varlong)
-        offset_delta, pos = read(data, pos, varint)
-        key, pos = _read_bytes(data, pos, record_end, "key")
-        value, pos = _read_bytes(data, pos, record_end, "value")
-        header_count, pos = read(data, pos, varint)
-        if header_count < 0:
-            raise CorruptRecordError(f"record {index} has a negative header count")
-        headers: list[Header] = []
-        for _ in range(header_count):
-            header_key, pos = _read_bytes(data, pos, record_end, "header key")
-            if header_key is None:
-                raise CorruptRecordError(f"record {index} has a null header key")
-            header_value, pos = _read_bytes(data, pos, record_end, "header value")
-            headers.append((header_key.decode("utf-8"), header_value))
+        byte = data[pos]
+        if byte < 0x80:
+            timestamp_delta = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        else:
+            timestamp_delta, pos = read(data, pos, varlong)
+        byte = data[pos]
+        if byte < 0x80:
+            offset_delta = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            raw = (byte & 0x7F) | (data[pos + 1] << 7)
+            offset_delta = (raw >> 1) ^ -(raw & 1)
+            pos += 2
+        else:
+            offset_delta, pos = read(data, pos, varint)
+        byte = data[pos]
+        if byte == 1:  # zigzag -1: no key
+            key = None
+            pos += 1
+        else:
+            key, pos = _read_bytes(data, pos, record_end, "key")
+        byte = data[pos]
+        if byte < 0x80:
+            value_length = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            raw = (byte & 0x7F) | (data[pos + 1] << 7)
+            value_length = (raw >> 1) ^ -(raw & 1)
+            pos += 2
+        else:
+            value_length, pos = read(data, pos, varint)
+        if value_length >= 0:
+            value_end = pos + value_length
+            if value_end > record_end:
+                raise CorruptRecordError(
+                    f"value of {value_length} bytes runs past the end of its record"
+                )
+            value: bytes | None = data[pos:value_end]
+            pos = value_end
+        elif value_length == -1:
+            value = None
+        else:
+            raise CorruptRecordError(f"value has a negative length {value_length}")
+        if data[pos] == 0:  # no headers
+            headers: tuple[Header, ...] = ()
+            pos += 1
+        else:
+            headers, pos = _read_headers(data, pos, record_end, index)
         if pos != record_end:
             raise CorruptRecordError(
                 f"record {index} declares {length} bytes but its fields end "
                 f"{pos - (record_end - length)} bytes after its start"
             )
-        records.append(
-            Record(
+        append(
+            (
                 base_offset + offset_delta,
                 base_timestamp + timestamp_delta if fixed_timestamp is None else fixed_timestamp,
                 key,
                 value,
-                tuple(headers),
+                headers,
             )
         )
     if pos != end:
@@ -418,6 +487,22 @@ def _decode_record_list(
             f"{end - pos} bytes remain after the {count} records the batch declares"
         )
     return records
+
+
+def _read_headers(
+    data: bytes, pos: int, record_end: int, index: int
+) -> tuple[tuple[Header, ...], int]:
+    header_count, pos = _read_varint(data, pos, _VARINT_MAX_SHIFT)
+    if header_count < 0:
+        raise CorruptRecordError(f"record {index} has a negative header count")
+    headers: list[Header] = []
+    for _ in range(header_count):
+        header_key, pos = _read_bytes(data, pos, record_end, "header key")
+        if header_key is None:
+            raise CorruptRecordError(f"record {index} has a null header key")
+        header_value, pos = _read_bytes(data, pos, record_end, "header value")
+        headers.append((header_key.decode("utf-8"), header_value))
+    return tuple(headers), pos
 
 
 def _read_bytes(data: bytes, pos: int, limit: int, what: str) -> tuple[bytes | None, int]:
@@ -462,17 +547,97 @@ def _varint(value: int) -> bytes:
 _NULL: Final = _varint(-1)
 
 
-def _normalize(
-    record: RecordInput, default_timestamp: int
-) -> tuple[Buffer | None, Buffer | None, Sequence[Header], int]:
+def _normalize(record: RecordInput) -> _Normalized:
     if isinstance(record, RecordSpec):
-        timestamp = default_timestamp if record.timestamp_ms is None else record.timestamp_ms
-        return record.key, record.value, record.headers, timestamp
+        return record.key, record.value, record.headers, record.timestamp_ms
     if len(record) == 2:
-        return record[0], record[1], (), default_timestamp
+        return record[0], record[1], (), None
     if len(record) == 3:
-        return record[0], record[1], record[2], default_timestamp
-    raise TypeError(f"a record is a RecordSpec, (key, value) or (key, value, headers): {record!r}")
+        return record[0], record[1], record[2], None
+    if len(record) == 4:
+        return record
+    raise TypeError(
+        "a record is a RecordSpec, (key, value), (key, value, headers) or "
+        f"(key, value, headers, timestamp_ms): {record!r}"
+    )
+
+
+# The bytes every record starts with when its timestamp equals the batch's first one:
+# attributes (0), timestampDelta (0) and offsetDelta, for the offset deltas of one- and
+# two-byte varints. Most batches are made of nothing else.
+_SAME_TIME_PREFIXES: Final = tuple(b"\x00\x00" + _VARINT_TABLE[raw] for raw in range(0, 1 << 14, 2))
+_NO_HEADERS: Final = b"\x00"
+
+
+def _encode_records(
+    normalized: list[_Normalized], first_timestamp: int, default_timestamp: int
+) -> bytes:
+    """The records of a batch, uncompressed: a list of parts joined once (much faster than
+    growing a bytearray record by record)."""
+    parts: list[Buffer] = []
+    extend = parts.extend
+    varint = _varint
+    null = _NULL
+    same_time = _SAME_TIME_PREFIXES
+    # Lengths are never negative: their zigzag form is the value doubled, so the table of
+    # one- and two-byte varints answers every length below ``small``.
+    table = _VARINT_TABLE
+    small = _VARINT_TABLE_SIZE >> 1
+    for offset_delta, (key, value, headers, timestamp) in enumerate(normalized):
+        if timestamp is None:
+            timestamp = default_timestamp
+        if timestamp == first_timestamp and offset_delta < small:
+            prefix = same_time[offset_delta]
+        else:
+            prefix = b"\x00" + varint(timestamp - first_timestamp) + varint(offset_delta)
+        if key is None:
+            key_length = null
+            key = b""
+        else:
+            length = len(key)
+            key_length = table[length << 1] if length < small else varint(length)
+        if value is None:
+            value_length = null
+            value = b""
+        else:
+            length = len(value)
+            value_length = table[length << 1] if length < small else varint(length)
+        encoded_headers = _encode_headers(headers) if headers else _NO_HEADERS
+        size = (
+            len(prefix)
+            + len(key_length)
+            + len(key)
+            + len(value_length)
+            + len(value)
+            + len(encoded_headers)
+        )
+        extend(
+            (
+                table[size << 1] if size < small else varint(size),
+                prefix,
+                key_length,
+                key,
+                value_length,
+                value,
+                encoded_headers,
+            )
+        )
+    return b"".join(parts)
+
+
+def _encode_headers(headers: Sequence[Header]) -> bytes:
+    varint = _varint
+    out = bytearray(varint(len(headers)))
+    for header_key, header_value in headers:
+        encoded_key = header_key.encode("utf-8")
+        out += varint(len(encoded_key))
+        out += encoded_key
+        if header_value is None:
+            out += _NULL
+        else:
+            out += varint(len(header_value))
+            out += header_value
+    return bytes(out)
 
 
 def build_batch(
@@ -498,39 +663,16 @@ def build_batch(
         raise ValueError("a record batch needs at least one record")
     if base_timestamp_ms is None:
         base_timestamp_ms = int(time.time() * 1000)
-    normalized = [_normalize(record, base_timestamp_ms) for record in records]
-    first_timestamp = normalized[0][3]
-    max_timestamp = max(entry[3] for entry in normalized)
+    # 4-tuples (what the SDK's producer queues) need no normalizing.
+    normalized = [
+        record if type(record) is tuple and len(record) == 4 else _normalize(record)
+        for record in records
+    ]
+    timestamps = [entry[3] for entry in normalized]
+    first_timestamp = base_timestamp_ms if timestamps[0] is None else timestamps[0]
+    max_timestamp = max([base_timestamp_ms if t is None else t for t in timestamps])
 
-    body = bytearray()
-    varint = _varint
-    null = _NULL
-    for offset_delta, (key, value, headers, timestamp) in enumerate(normalized):
-        record = bytearray(b"\x00")  # attributes
-        record += varint(timestamp - first_timestamp)
-        record += varint(offset_delta)
-        if key is None:
-            record += null
-        else:
-            record += varint(len(key))
-            record += key
-        if value is None:
-            record += null
-        else:
-            record += varint(len(value))
-            record += value
-        record += varint(len(headers))
-        for header_key, header_value in headers:
-            encoded_key = header_key.encode("utf-8")
-            record += varint(len(encoded_key))
-            record += encoded_key
-            if header_value is None:
-                record += null
-            else:
-                record += varint(len(header_value))
-                record += header_value
-        body += varint(len(record))
-        body += record
+    body = _encode_records(normalized, first_timestamp, base_timestamp_ms)
 
     compression = Compression(compression)
     payload = body if compression is Compression.NONE else compress(compression, body)

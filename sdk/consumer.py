@@ -403,10 +403,12 @@ class AsyncConsumer:
             if tp not in self._positions:
                 self._buffers.pop(tp)
                 continue
-            records = []
-            while buffer and count < max_records:
-                records.append(buffer.popleft())
-                count += 1
+            if len(buffer) <= max_records - count:
+                records = list(buffer)  # the whole buffer: one copy, not a pop per record
+                buffer.clear()
+            else:
+                records = [buffer.popleft() for _ in range(max_records - count)]
+            count += len(records)
             if not buffer:
                 self._buffers.pop(tp)
             if records:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from flux.protocol.errors import CorruptRecordError
-from flux.protocol.records import decode_records, iter_batches
+from flux.protocol.records import decode_record_fields, iter_batches
 
 from .errors import ConfigurationError, FluxProtocolError
 
@@ -123,29 +123,41 @@ def encode_headers(
     return tuple(items)
 
 
+# ``ConsumedRecord`` is frozen, so its generated ``__init__`` sets each field through
+# ``object.__setattr__``; setting the slots directly builds the same object in half the time,
+# which matters when a poll returns hundreds of thousands of records.
+_new_object = object.__new__
+_set_topic = ConsumedRecord.topic.__set__  # type: ignore[attr-defined]
+_set_partition = ConsumedRecord.partition.__set__  # type: ignore[attr-defined]
+_set_offset = ConsumedRecord.offset.__set__  # type: ignore[attr-defined]
+_set_timestamp = ConsumedRecord.timestamp.__set__  # type: ignore[attr-defined]
+_set_key = ConsumedRecord.key.__set__  # type: ignore[attr-defined]
+_set_value = ConsumedRecord.value.__set__  # type: ignore[attr-defined]
+_set_headers = ConsumedRecord.headers.__set__  # type: ignore[attr-defined]
+
+
 def decode_fetched(
     records_data: bytes | None, topic: str, partition: int, offset: int
 ) -> list[ConsumedRecord]:
     """The records of one partition's Fetch answer from ``offset`` on (control batches and
     records below ``offset`` skipped). ``FluxProtocolError`` for a corrupt batch."""
     records: list[ConsumedRecord] = []
+    append = records.append
     try:
         for header, batch in iter_batches(records_data or b""):
             if header.is_control or header.next_offset <= offset:
                 continue
-            for record in decode_records(batch):
-                if record.offset >= offset:
-                    records.append(
-                        ConsumedRecord(
-                            topic,
-                            partition,
-                            record.offset,
-                            record.timestamp,
-                            record.key,
-                            record.value,
-                            tuple(record.headers),
-                        )
-                    )
+            for record_offset, timestamp, key, value, headers in decode_record_fields(batch):
+                if record_offset >= offset:
+                    record = _new_object(ConsumedRecord)
+                    _set_topic(record, topic)
+                    _set_partition(record, partition)
+                    _set_offset(record, record_offset)
+                    _set_timestamp(record, timestamp)
+                    _set_key(record, key)
+                    _set_value(record, value)
+                    _set_headers(record, headers)
+                    append(record)
     except CorruptRecordError as error:
         raise FluxProtocolError(f"{topic}-{partition}: corrupt record batch: {error}") from error
     return records

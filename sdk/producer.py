@@ -22,7 +22,9 @@ How it works:
   ``max_in_flight`` Produce requests at once. Records wait in at most ``buffer_memory`` bytes:
   ``produce`` waits for room (back pressure) rather than buffering without bound.
 * **Delivery**: ``produce`` returns a future of ``RecordMetadata`` (and calls ``on_delivery(
-  error, metadata)``); ``send`` waits for its messages and returns their metadata. A batch is
+  error, metadata)``); ``send`` waits for its messages and returns their metadata. ``send``
+  is the bulk path: it queues runs of records per partition at once, and each batch resolves
+  one future for all of the call's records in it rather than one per record. A batch is
   retried on routing errors and lost connections (refreshing metadata, backing off) until
   ``delivery_timeout_ms`` after it was sent first; then its futures fail with the typed error.
 * **Idempotence** (on by default with ``acks="all"``): the producer takes a producer id
@@ -56,7 +58,7 @@ from flux.protocol.api import ApiKey
 from flux.protocol.compression import Compression
 from flux.protocol.errors import ErrorCode
 from flux.protocol.partitioner import partition_for_key
-from flux.protocol.records import RecordSpec, build_batch
+from flux.protocol.records import build_batch
 
 from . import limits
 from ._sync import LoopThread, SyncProxy
@@ -126,16 +128,26 @@ def _check_range(name: str, value: Any, low: float, high: float) -> None:
         raise ConfigurationError(f"{name} must be a number in {low}..{high}, got {value!r}")
 
 
+#: A queued record as ``build_batch`` takes it: key, value, headers, timestamp (None: now).
+_QueuedRecord = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int | None]
+
+
 @dataclass(eq=False)
 class _Batch:
-    """Records waiting to go to one partition in one Produce request (one ``acks``)."""
+    """Records waiting to go to one partition in one Produce request (one ``acks``).
+
+    ``futures`` has one entry per record: its ``produce`` future, or None for a record queued
+    by ``send``, which waits on one of ``shared`` instead: a future per ``send`` call, resolved
+    with the batch's base offset (the record's offset is that plus its index in the batch).
+    """
 
     topic: str
     partition: int
     acks: int
     created_at: float
-    records: list[RecordSpec] = field(default_factory=list)
-    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    records: list[_QueuedRecord] = field(default_factory=list)
+    futures: list[asyncio.Future[RecordMetadata] | None] = field(default_factory=list)
+    shared: list[asyncio.Future[int]] = field(default_factory=list)
     size_bytes: int = 0
     closed: bool = False
     keyless: bool = False
@@ -218,6 +230,7 @@ class AsyncProducer:
         self._producer_epoch = -1
         self._producer_id_lock = asyncio.Lock()
         self._sequences: dict[tuple[str, int], int] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -253,39 +266,51 @@ class AsyncProducer:
         if self._closed:
             raise ConfigurationError("the producer is closed")
         acks_number = self.acks if acks is None else parse_acks(acks)
-        record = RecordSpec(
-            as_bytes(key, what="key"),
-            as_bytes(value, what="value"),
-            encode_headers(headers, id),
-            timestamp_ms,
-        )
-        size = self._checked_size(topic, record)
-        if not isinstance(topic, str) or not topic:
-            raise ConfigurationError(f"topic must be a non-empty string, got {topic!r}")
-        cached = self.client.metadata.snapshot.topics.get(topic)
-        if partition is None and cached is not None and not self.client.metadata.needs_refresh():
+        record, size = self._encode(topic, key, value, headers, id, timestamp_ms)
+        metadata = self.client.metadata
+        cached = metadata.snapshot.topics.get(topic)
+        if partition is None and cached is not None and not metadata.needs_refresh():
             # The hot path: metadata at hand, no coroutine hops.
             count = len(cached.partitions)
-            if record.key is not None:
-                partition = partition_for_key(record.key, count)
+            if record[0] is not None:
+                chosen = partition_for_key(record[0], count)
             else:
-                partition = self._sticky[topic] = self._sticky.get(topic, 0) % count
-        elif partition is None:
-            partition = await self.partition_for(topic, record.key)
+                chosen = self._sticky[topic] = self._sticky.get(topic, 0) % count
         else:
-            count = await self.client.partition_count(topic)
-            if not 0 <= partition < count:
-                raise UnknownTopicError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {topic!r} has no partition {partition} (it has {count})",
-                )
-        await self._reserve(size)
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+            chosen = await self._partition_slowly(topic, record[0], partition)
+        if self._buffered_bytes + size <= self.buffer_memory and not self._buffer_space._waiters:
+            self._buffered_bytes += size  # room, and nobody waits before us: no lock round trip
+        else:
+            await self._reserve(size)
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        # The Future constructor itself: loop.create_future() is a Python-level hop.
+        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=self._loop)
         if on_delivery is not None:
             future.add_done_callback(lambda done: _call_back(on_delivery, done))
-        self._unfinished += 1
-        self._all_delivered.clear()
-        self._append(topic, partition, acks_number, record, size, future)
+        self._note_queued(1)
+        queue = self._queues.get((topic, chosen))
+        batch = queue.batches[-1] if queue is not None and queue.batches else None
+        if (
+            batch is not None
+            and not batch.closed
+            and batch.acks == acks_number
+            and batch.size_bytes + size < self.batch_size
+            and len(batch.records) < limits.SEND_BATCH_RECORDS_MAX - 1
+            and self.linger_s > 0
+            and not self._flushing
+            and queue.sender is not None  # type: ignore[union-attr]
+            and not queue.sender.done()  # type: ignore[union-attr]
+        ):
+            # The common case, inlined: the open batch takes the record and stays open.
+            batch.records.append(record)
+            batch.futures.append(future)
+            batch.size_bytes += size
+            if record[0] is None:
+                batch.keyless = True
+        elif self._append(topic, chosen, acks_number, record, size, future):
+            # A batch is ready: let its sender start on it while the caller queues more.
+            await asyncio.sleep(0)
         return future
 
     async def send(
@@ -298,26 +323,80 @@ class AsyncProducer:
         """The runtime API: send one message (a ``Message``, a value, or a dict of
         ``Message`` fields) or a list of them and wait until each is acknowledged per ``acks``
         (default: the producer's). Returns the ``RecordMetadata`` (a list for a list). If any
-        message failed, the first error is raised once every message has an outcome."""
+        message failed, the first error is raised once every message has an outcome.
+
+        The messages go to the partitions ``produce`` would choose, in order, within the same
+        bounds; but they are queued a run of records at a time, and each batch resolves one
+        future for all of this call's records in it instead of one future per record."""
+        if self._closed:
+            raise ConfigurationError("the producer is closed")
         single = not isinstance(messages, (list, tuple)) and not _is_iterable_of_messages(messages)
-        items = [as_message(messages)] if single else [as_message(m) for m in messages]  # type: ignore[union-attr]
-        for message in items:  # every message is checked before any is queued
-            self._checked_size(
-                topic,
-                RecordSpec(
-                    as_bytes(message.key, what="key"),
-                    as_bytes(message.value, what="value"),
-                    encode_headers(message.headers, message.id),
-                ),
-            )
-        futures = []
-        for message in items:
-            futures.append(await self._produce_message(topic, message, acks))
-        outcomes = await asyncio.gather(*futures, return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return outcomes[0] if single else list(outcomes)
+        acks_number = self.acks if acks is None else parse_acks(acks)
+        # Every message is checked (size, partition) before any is queued.
+        records, sizes, partitions, count = await self._prepare(
+            topic,
+            [messages] if single else messages,  # type: ignore[list-item,arg-type]
+        )
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        # Per run of records queued together: the future of the batch it joined, the index of
+        # its first record in that batch, of its first message, its length and partition.
+        placed: list[tuple[asyncio.Future[int], int, int, int, int]] = []
+        shared: dict[_Batch, asyncio.Future[int]] = {}  # batch -> this call's future in it
+        start = 0
+        while start < len(records):
+            wanted = partitions[start]
+            end = start + 1
+            while end < len(records) and partitions[end] == wanted:
+                end += 1
+            while start < end:  # a run of messages for one partition (or the sticky one)
+                partition = wanted if wanted >= 0 else self._sticky_partition(topic, count)
+                taken = self._fit(topic, partition, acks_number, sizes, start, end)
+                run_bytes = sum(sizes[start : start + taken])
+                if (
+                    self._buffered_bytes + run_bytes <= self.buffer_memory
+                    and not self._buffer_space._waiters
+                ):
+                    self._buffered_bytes += run_bytes
+                else:
+                    await self._reserve(run_bytes)
+                    # Batches may have gone and the sticky partition moved on meanwhile.
+                    partition = wanted if wanted >= 0 else self._sticky_partition(topic, count)
+                    fitted = self._fit(topic, partition, acks_number, sizes, start, end)
+                    if fitted < taken:
+                        fitted_bytes = sum(sizes[start : start + fitted])
+                        await self._release(run_bytes - fitted_bytes)
+                        taken, run_bytes = fitted, fitted_bytes
+                self._note_queued(taken)
+                batch, first_index, ready = self._add_run(
+                    topic, partition, acks_number, records[start : start + taken], run_bytes
+                )
+                future = shared.get(batch)
+                if future is None:
+                    future = shared[batch] = self._loop.create_future()
+                    batch.shared.append(future)
+                placed.append((future, first_index, start, taken, partition))
+                start += taken
+                if ready:
+                    await asyncio.sleep(0)  # a batch is ready: let its sender start on it
+        # Every message has an outcome once these are done; errors are raised below in
+        # message order.
+        await asyncio.gather(*shared.values(), return_exceptions=True)
+        results: list[RecordMetadata] = []
+        for future, first_index, _, taken, partition in placed:
+            error = future.exception()
+            if error is not None:
+                raise error
+            base_offset = future.result()
+            if base_offset < 0:  # acks=0: nobody says where they landed
+                results.extend(RecordMetadata(topic, partition, -1) for _ in range(taken))
+            else:
+                first = base_offset + first_index
+                results.extend(
+                    RecordMetadata(topic, partition, offset)
+                    for offset in range(first, first + taken)
+                )
+        return results[0] if single else results
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Send every queued record now and wait until each has an outcome.
@@ -352,8 +431,8 @@ class AsyncProducer:
             await asyncio.gather(*senders, return_exceptions=True)
             for queue in self._queues.values():
                 for batch in queue.batches:
-                    for future in batch.futures:
-                        if not future.done():
+                    for future in [*batch.futures, *batch.shared]:
+                        if future is not None and not future.done():
                             future.set_exception(
                                 FluxError("the producer was closed before delivery")
                             )
@@ -361,29 +440,184 @@ class AsyncProducer:
 
     # -- queueing --------------------------------------------------------------------------
 
-    async def _produce_message(
-        self, topic: str, message: Message, acks: int | str | None
-    ) -> asyncio.Future[RecordMetadata]:
-        return await self.produce(
-            topic,
-            message.value,
-            key=message.key,
-            headers=message.headers,
-            partition=message.partition,
-            timestamp_ms=message.timestamp_ms,
-            id=message.id,
-            acks=acks,
+    def _encode(
+        self,
+        topic: str,
+        key: bytes | str | None,
+        value: bytes | str | None,
+        headers: HeadersInput | None,
+        message_id: bytes | str | None,
+        timestamp_ms: int | None,
+    ) -> tuple[_QueuedRecord, int]:
+        """The record as queued and its size in the buffer; ``MessageTooLargeError`` if it
+        cannot fit a request, ``ConfigurationError`` for a bad topic, key, value or header."""
+        if type(key) is not bytes and key is not None:
+            key = as_bytes(key, what="key")
+        if type(value) is not bytes and value is not None:
+            value = as_bytes(value, what="value")
+        encoded_headers = (
+            encode_headers(headers, message_id) if headers or message_id is not None else ()
         )
-
-    def _checked_size(self, topic: str, record: RecordSpec) -> int:
-        size = _record_size(record)
+        size = _RECORD_OVERHEAD_BYTES
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
+        for name, header_value in encoded_headers:
+            size += len(name) + len(header_value or b"") + 10
         if size + _REQUEST_OVERHEAD_BYTES > self.max_request_size:
             raise MessageTooLargeError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"a record of {size} bytes for {topic!r} exceeds max_request_size "
                 f"({self.max_request_size} bytes, with request overhead)",
             )
-        return size
+        if type(topic) is not str or not topic:
+            raise ConfigurationError(f"topic must be a non-empty string, got {topic!r}")
+        return (key, value, encoded_headers, timestamp_ms), size
+
+    async def _prepare(
+        self, topic: str, messages: Iterable[MessageInput]
+    ) -> tuple[list[_QueuedRecord], list[int], list[int], int]:
+        """Encode and check ``send``'s messages: their records, sizes and partitions (-1: the
+        sticky partition, chosen as they are queued), and the topic's partition count."""
+        records: list[_QueuedRecord] = []
+        sizes: list[int] = []
+        partitions: list[int] = []
+        limit = self.max_request_size - _REQUEST_OVERHEAD_BYTES - _RECORD_OVERHEAD_BYTES
+        explicit: list[int] = []  # indices of messages that name their partition
+        for item in messages:
+            if type(item) is bytes and len(item) <= limit and type(topic) is str and topic:
+                records.append((None, item, (), None))  # a bare value: the common bulk case
+                sizes.append(_RECORD_OVERHEAD_BYTES + len(item))
+                partitions.append(-1)
+                continue
+            message = as_message(item)
+            record, size = self._encode(
+                topic,
+                message.key,
+                message.value,
+                message.headers,
+                message.id,
+                message.timestamp_ms,
+            )
+            records.append(record)
+            sizes.append(size)
+            if message.partition is not None:
+                explicit.append(len(partitions))
+                partitions.append(message.partition)
+            else:
+                partitions.append(-1 if record[0] is None else -2)
+        if not records:
+            return records, sizes, partitions, 0
+        count = await self.client.partition_count(topic)
+        for index in explicit:
+            if not 0 <= partitions[index] < count:
+                raise UnknownTopicError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic!r} has no partition {partitions[index]} (it has {count})",
+                )
+        for index, partition in enumerate(partitions):
+            if partition == -2:
+                partitions[index] = partition_for_key(records[index][0], count)  # type: ignore[arg-type]
+        return records, sizes, partitions, count
+
+    def _sticky_partition(self, topic: str, count: int) -> int:
+        sticky = self._sticky[topic] = self._sticky.get(topic, 0) % count
+        return sticky
+
+    def _fit(
+        self, topic: str, partition: int, acks: int, sizes: list[int], start: int, end: int
+    ) -> int:
+        """How many of records ``start`` .. ``end`` (a run for one partition) go into one
+        batch: at least one, then as many as fit the batch, its record limit and the buffer."""
+        queue = self._queues.get((topic, partition))
+        batch = queue.batches[-1] if queue is not None and queue.batches else None
+        if batch is None or not self._takes(batch, acks, sizes[start], 1):
+            used_bytes, used_records = 0, 0  # they will open a new batch
+        else:
+            used_bytes, used_records = batch.size_bytes, len(batch.records)
+        room_bytes = min(self.batch_size - used_bytes, self.buffer_memory) - sizes[start]
+        room_records = limits.SEND_BATCH_RECORDS_MAX - used_records - 1
+        taken = 1
+        while start + taken < end and taken <= room_records:
+            room_bytes -= sizes[start + taken]
+            if room_bytes < 0:
+                break
+            taken += 1
+        return taken
+
+    def _takes(self, batch: _Batch, acks: int, size: int, count: int) -> bool:
+        """Whether ``count`` more records of ``size`` bytes in all may join ``batch``."""
+        return (
+            not batch.closed
+            and batch.acks == acks
+            and batch.size_bytes + size <= self.batch_size
+            and len(batch.records) + count <= limits.SEND_BATCH_RECORDS_MAX
+        )
+
+    def _add_run(
+        self, topic: str, partition: int, acks: int, records: list[_QueuedRecord], size: int
+    ) -> tuple[_Batch, int, bool]:
+        """Add records (their buffer space reserved) to their partition's open batch, opening
+        one if they do not fit it. Returns the batch, the index of the first of them in it,
+        and whether a batch is ready to go (so the caller should let the senders run)."""
+        queue = self._queues.get((topic, partition))
+        if queue is None:
+            queue = self._queues[(topic, partition)] = _PartitionQueue()
+        batch = queue.batches[-1] if queue.batches else None
+        ready = False
+        if batch is None or not self._takes(batch, acks, size, len(records)):
+            if batch is not None and not batch.closed:
+                batch.closed = True
+                ready = True
+            batch = _Batch(topic, partition, acks, created_at=time.monotonic())
+            queue.batches.append(batch)
+        first_index = len(batch.records)
+        batch.records.extend(records)
+        batch.futures.extend([None] * len(records))
+        if not batch.keyless and any(record[0] is None for record in records):
+            batch.keyless = True
+        batch.size_bytes += size
+        if batch.size_bytes >= self.batch_size:
+            batch.closed = True
+            ready = True
+        if ready or self.linger_s == 0 or self._flushing:
+            queue.wakeup.set()
+        if queue.sender is None or queue.sender.done():
+            queue.sender = asyncio.ensure_future(self._run_sender(queue))
+            queue.wakeup.set()
+        return batch, first_index, ready
+
+    def _cached_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        """The partition for a record from cached metadata, without awaiting; -1 when the
+        metadata must be fetched or an explicit partition checked first."""
+        if partition is not None:
+            return -1
+        metadata = self.client.metadata
+        cached = metadata.snapshot.topics.get(topic)
+        if cached is None or metadata.needs_refresh():
+            return -1
+        count = len(cached.partitions)
+        if key is not None:
+            return partition_for_key(key, count)
+        sticky = self._sticky[topic] = self._sticky.get(topic, 0) % count
+        return sticky
+
+    async def _partition_slowly(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        if partition is None:
+            return await self.partition_for(topic, key)
+        count = await self.client.partition_count(topic)
+        if not 0 <= partition < count:
+            raise UnknownTopicError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {topic!r} has no partition {partition} (it has {count})",
+            )
+        return partition
+
+    def _note_queued(self, count: int) -> None:
+        if self._unfinished == 0:
+            self._all_delivered.clear()
+        self._unfinished += count
 
     async def _reserve(self, size: int) -> None:
         if self._buffered_bytes + size <= self.buffer_memory and not self._buffer_space._waiters:
@@ -398,6 +632,10 @@ class AsyncProducer:
             self._buffered_bytes += size
 
     async def _release(self, size: int) -> None:
+        if not self._buffer_space._waiters:
+            self._buffered_bytes -= size  # nobody to wake: no lock round trip
+            assert self._buffered_bytes >= 0
+            return
         async with self._buffer_space:
             self._buffered_bytes -= size
             assert self._buffered_bytes >= 0
@@ -408,14 +646,17 @@ class AsyncProducer:
         topic: str,
         partition: int,
         acks: int,
-        record: RecordSpec,
+        record: _QueuedRecord,
         size: int,
-        future: asyncio.Future[RecordMetadata],
-    ) -> None:
+        future: asyncio.Future[RecordMetadata] | None,
+    ) -> bool:
+        """Add ``record`` to its partition's open batch (opening one as needed); True when a
+        batch is ready to go, so the caller should let the senders run."""
         queue = self._queues.get((topic, partition))
         if queue is None:
             queue = self._queues[(topic, partition)] = _PartitionQueue()
         batch = queue.batches[-1] if queue.batches else None
+        ready = False
         if (
             batch is None
             or batch.closed
@@ -426,20 +667,24 @@ class AsyncProducer:
             if batch is not None and not batch.closed:
                 batch.closed = True
                 queue.wakeup.set()
+                ready = True
             batch = _Batch(topic, partition, acks, created_at=time.monotonic())
             queue.batches.append(batch)
         batch.records.append(record)
-        batch.keyless = batch.keyless or record.key is None
+        if record[0] is None:
+            batch.keyless = True
         batch.futures.append(future)
         batch.size_bytes += size
         if batch.size_bytes >= self.batch_size:
             batch.closed = True
             queue.wakeup.set()
+            ready = True
         if self.linger_s == 0 or self._flushing:
             queue.wakeup.set()
         if queue.sender is None or queue.sender.done():
             queue.sender = asyncio.ensure_future(self._run_sender(queue))
             queue.wakeup.set()
+        return ready
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -472,15 +717,24 @@ class AsyncProducer:
             base_offset = await self._send_batch(batch)
         except Exception as error:  # every outcome goes to the futures, none is lost
             for future in batch.futures:
-                if not future.done():
+                if future is not None and not future.done():
                     future.set_exception(error)
+            for shared in batch.shared:
+                if not shared.done():
+                    shared.set_exception(error)
         else:
-            for index, future in enumerate(batch.futures):
-                if not future.done():
-                    offset = -1 if base_offset < 0 else base_offset + index
-                    future.set_result(RecordMetadata(batch.topic, batch.partition, offset))
+            topic, partition = batch.topic, batch.partition
+            offset = base_offset
+            for future in batch.futures:
+                if future is not None and not future.done():
+                    future.set_result(RecordMetadata(topic, partition, offset))
+                if base_offset >= 0:
+                    offset += 1
+            for shared in batch.shared:
+                if not shared.done():
+                    shared.set_result(base_offset)
         finally:
-            self._unfinished -= len(batch.futures)
+            self._unfinished -= len(batch.records)
             assert self._unfinished >= 0
             if self._unfinished == 0:
                 self._all_delivered.set()
@@ -565,13 +819,6 @@ def _is_iterable_of_messages(messages: object) -> bool:
     if isinstance(messages, dict):
         return False
     return hasattr(messages, "__iter__")
-
-
-def _record_size(record: RecordSpec) -> int:
-    size = _RECORD_OVERHEAD_BYTES + len(record.key or b"") + len(record.value or b"")
-    for name, value in record.headers:
-        size += len(name) + len(value or b"") + 10
-    return size
 
 
 def _call_back(callback: DeliveryCallback, future: asyncio.Future[RecordMetadata]) -> None:

@@ -45,3 +45,10 @@ def test_failover_benchmark_prints_json() -> None:
     figures = _run("failover.py", "--rounds", "1")
     assert len(figures["broker_kill_to_new_leaders"]["runs_s"]) == 1
     assert figures["controller_failover_to_topic_creation"]["median_s"] > 0
+
+
+def test_sdk_benchmark_prints_json() -> None:
+    figures = _run("sdk_produce.py", "--records", "20000")
+    for path in (("flux-sdk", "produce"), ("flux-sdk", "send"), ("flux-sdk", "consume")):
+        assert figures[path[0]][path[1]]["records_per_s"] > 0, path
+    assert figures["confluent-kafka"]["produce"]["records_per_s"] > 0

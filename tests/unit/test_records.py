@@ -33,6 +33,7 @@ from flux.protocol.records import (
     RecordSpec,
     TimestampType,
     build_batch,
+    decode_record_fields,
     decode_records,
     iter_batches,
     parse_batch_header,
@@ -679,3 +680,37 @@ def test_mutated_batches_raise_only_corrupt_record_error(
         decode_records(batch)
     except CorruptRecordError:
         pass
+
+
+def test_four_tuples_encode_like_record_specs() -> None:
+    specs = [
+        RecordSpec(b"k", b"v", (("h", b"x"), ("n", None))),
+        RecordSpec(None, b"late", timestamp_ms=1_700_000_000_500),
+        RecordSpec(b"", None),
+        RecordSpec(None, b"x" * 20_000, timestamp_ms=1_600_000_000_000),
+    ]
+    tuples = [(s.key, s.value, tuple(s.headers), s.timestamp_ms) for s in specs]
+    for compression in (Compression.NONE, Compression.GZIP):
+        expected = build_batch(specs, base_timestamp_ms=1_700_000_000_000, compression=compression)
+        built = build_batch(tuples, base_timestamp_ms=1_700_000_000_000, compression=compression)
+        assert decode_records(built) == decode_records(expected)
+        if compression is Compression.NONE:
+            assert built == expected
+
+
+def test_decode_record_fields_are_the_records_fields() -> None:
+    batch = build_batch(
+        [(None, b"a"), (b"k", None, [("h", b"1")]), (b"x" * 300, b"y" * 9000)],
+        base_offset=40,
+        base_timestamp_ms=1_000,
+    )
+    records = decode_records(batch)
+    assert decode_record_fields(batch) == [
+        (r.offset, r.timestamp, r.key, r.value, r.headers) for r in records
+    ]
+    assert [r.offset for r in records] == [40, 41, 42]
+
+
+def test_build_batch_rejects_five_tuples() -> None:
+    with pytest.raises(TypeError):
+        build_batch([(None, b"v", (), None, "extra")])  # type: ignore[list-item]
