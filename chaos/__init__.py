@@ -1,2 +1,11 @@
-"""Fault injection, workloads, histories and checkers (Jepsen-style). Arrives with the chaos issue.
+"""Fault testing after Jepsen (DESIGN.md §11, docs/chaos.md): workloads record every operation
+into a history, a nemesis injects faults on a seeded schedule, and the checker names the
+anomalies it finds.
+
+Modules: ``history`` (ops, JSON Lines), ``clients`` and ``workloads`` (confluent-kafka and
+``flux.sdk`` drivers; ``group_member`` runs one group member per process), ``nemesis`` (the
+``ClusterControl`` interface backends implement, schedules, the executor), ``scenarios``,
+``checker``, ``report`` and ``runner`` (``run_scenario``, the entry point of pytest and
+``fluxctl chaos``). ``flux.chaos`` imports only ``flux.sdk`` and ``flux.protocol`` of ours: the
+process backend that drives local node processes lives in ``flux.cli.chaos``.
 """

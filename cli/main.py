@@ -6,6 +6,7 @@ fluxctl cluster up [--nodes 1]              start a local cluster in the backgro
 fluxctl cluster status | down | kill N | restart N
 fluxctl cluster up --docker                 the same in containers (docker-compose.cluster.yml)
 fluxctl cluster partition N | heal --docker cut a node off the network and reconnect it
+fluxctl chaos run SCENARIO [--seed N] [--docker]  fault injection checked for anomalies
 """
 
 from __future__ import annotations
@@ -360,7 +361,7 @@ def cluster_heal(cluster_dir: str, docker: bool, project: str) -> None:
 @click.option("--force", is_flag=True, help="rebuild even if the image is up to date")
 def cluster_build_image(base_image: str | None, force: bool) -> None:
     """Build the node image flux:latest from docker/Dockerfile with wheels built here."""
-    from flux.cli import docker_cluster
+    from flux.chaos import docker_cluster
 
     with _docker_errors():
         client = docker_cluster.connect()
@@ -377,7 +378,7 @@ def cluster_build_image(base_image: str | None, force: bool) -> None:
 @contextlib.contextmanager
 def _docker_errors() -> Iterator[None]:
     """Docker problems end the command with their one-line message and a non-zero status."""
-    from flux.cli.docker_cluster import DockerError
+    from flux.chaos.docker_cluster import DockerError
 
     try:
         yield
@@ -386,7 +387,7 @@ def _docker_errors() -> Iterator[None]:
 
 
 def _docker_cluster(cluster_dir: str, project: str) -> Any:
-    from flux.cli import docker_cluster
+    from flux.chaos import docker_cluster
 
     client = docker_cluster.connect()
     state_path = Path(cluster_dir).resolve() / f"docker-{project}.json"
@@ -542,6 +543,7 @@ def _terminate(entry: dict[str, Any]) -> None:
 
 
 def _register_client_commands() -> None:
+    from flux.cli.chaos import chaos
     from flux.cli.client_commands import consume, produce
     from flux.cli.group import group
     from flux.cli.topic import topic
@@ -550,6 +552,7 @@ def _register_client_commands() -> None:
     main.add_command(group)
     main.add_command(produce)
     main.add_command(consume)
+    main.add_command(chaos)
 
 
 _register_client_commands()

@@ -1,6 +1,9 @@
 """A Flux cluster in Docker containers: image build, compose project, node faults.
 
-``fluxctl cluster ... --docker`` and the Docker chaos backend drive this module. The compose
+``fluxctl cluster ... --docker`` and the Docker chaos backend (``docker_backend``) drive this
+module. It lives in ``flux.chaos``, which owns fault injection, and imports nothing of Flux
+(only the ``docker`` library and the compose command), so both ``flux.cli`` and the chaos
+backend may use it. The compose
 file (``docker-compose.cluster.yml``) defines the nodes; the Docker engine, through the
 ``docker`` library, does everything per container: health, kill, pause, restart, and cutting a
 node off the cluster network (``partition``) and back (``heal``).
@@ -31,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import secrets
 import shutil
 import socket
@@ -52,6 +56,7 @@ __all__ = [
     "connect",
     "ensure_image",
     "find_root",
+    "free_base_port",
 ]
 
 COMPOSE_FILE = "docker-compose.cluster.yml"
@@ -453,7 +458,7 @@ class DockerCluster:
             health = container.attrs["State"].get("Health", {}).get("Status")
             connected = self._connected(container)
             http = f"127.0.0.1:{ports.controller_http(node_id)}"
-            controller = _controller_status(http) if running and connected else None
+            controller = controller_status(http) if running and connected else None
             nodes.append(
                 {
                     "id": node_id,
@@ -549,6 +554,15 @@ class DockerCluster:
         self.state_path.write_text(json.dumps(state, indent=2))
 
 
+def free_base_port(host_ports_from: int = 20000, host_ports_to: int = 40000) -> int:
+    """A base port whose every host port (``Ports(base).all()``) is free on 127.0.0.1 now."""
+    for _ in range(200):
+        base = random.randrange(host_ports_from, host_ports_to)
+        if all(_port_free(port) for port, _ in Ports(base).all()):
+            return base
+    raise DockerError("found no free range of host ports")
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -559,7 +573,7 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _controller_status(http_address: str) -> dict[str, Any] | None:
+def controller_status(http_address: str) -> dict[str, Any] | None:
     try:
         with urllib.request.urlopen(f"http://{http_address}/controller/status", timeout=2) as reply:
             answer = json.loads(reply.read())

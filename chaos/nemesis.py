@@ -1,0 +1,386 @@
+"""Nemeses: faults on a schedule generated from a seed, executed through one control interface.
+
+Two halves, as in Jepsen's ``nemesis.clj`` / ``generator.clj``:
+
+* A **schedule** is a list of ``Step(at_s, f, target)`` made by a scenario's generator from a
+  seed alone (``random.Random(seed)``), so the same seed prints the same schedule. A target is
+  a *role* (``leader``, ``follower``, ``controller``, ``coordinator``, ``any``), resolved to a
+  node only when the step runs, since which node leads depends on the run; the resolution draws
+  from a second seeded stream and is written into the history.
+* The **executor** (``Nemesis``) runs the steps against a ``ClusterControl``: the hook a
+  backend implements. ``ProcessCluster`` (``flux.cli.chaos``) drives local node processes; a
+  Docker backend implements the same methods plus ``partition`` / ``heal`` (see
+  ``flux.chaos.runner.docker_backend_factory``). Backends that cannot do an operation raise
+  ``NemesisUnsupportedError``.
+
+Faults are one at a time by design: each fault step is followed by a ``recover`` step that
+restarts killed nodes, resumes paused ones and heals partitions before the next fault, so a
+3-node cluster with ``min.insync.replicas=2`` stays available between faults and the run
+measures failover, not a cluster kept down.
+
+Thread-safety: a ``Nemesis`` runs on one thread (the runner's nemesis thread); it only appends
+to the thread-safe ``History``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from flux.protocol.api import ApiKey
+from flux.protocol.errors import ErrorCode
+from flux.sdk import Admin, FluxError
+from flux.sdk.wire import KafkaConnection
+
+from . import limits
+from .history import History
+
+__all__ = [
+    "FAULTS",
+    "TARGETS",
+    "ClusterControl",
+    "Nemesis",
+    "NemesisUnsupportedError",
+    "Step",
+    "format_schedule",
+    "wait_full_isr",
+]
+
+NEMESIS_PROCESS = "nemesis"
+#: Fault operations a step may name, and the recovery step that undoes them all.
+FAULTS = ("kill", "pause", "restart", "corrupt", "truncate", "partition", "recover")
+TARGETS = ("leader", "follower", "controller", "coordinator", "any")
+#: Kafka's internal topic of group offsets, whose ISRs the recovery also waits for.
+OFFSETS_TOPIC = "__consumer_offsets"
+#: A corrupted tail gets one flipped byte within this many bytes of the segment end, a
+#: truncated tail loses between 1 and this many bytes: the last batch or two.
+TAIL_DAMAGE_BYTES_MAX = 64
+
+
+def wait_full_isr(
+    bootstrap: str, topics: Sequence[str], timeout_s: float = limits.STABILIZE_TIMEOUT_S
+) -> bool:
+    """Wait until every partition of ``topics`` has a leader and every replica in its ISR;
+    False if that did not happen within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    with Admin(bootstrap, timeout_s=limits.OP_TIMEOUT_S) as admin:
+        while time.monotonic() < deadline:
+            try:
+                partitions = [p for topic in topics for p in admin.describe_topic(topic).partitions]
+            except FluxError:
+                partitions = []
+            if partitions and all(
+                p.leader >= 0 and set(p.isr) == set(p.replicas) for p in partitions
+            ):
+                return True
+            time.sleep(0.1)  # polling cluster state: there is nothing to wait on
+    return False
+
+
+class NemesisUnsupportedError(RuntimeError):
+    """The backend cannot perform this fault (e.g. a network partition without Docker)."""
+
+
+@runtime_checkable
+class ClusterControl(Protocol):
+    """What a chaos backend implements: the cluster under test and its fault switches.
+
+    Node ids are the cluster's broker/controller ids. Every method returns once the effect is
+    in place (``restart`` once the node is ready again) and raises on failure.
+    """
+
+    backend: str
+
+    def nodes(self) -> list[int]:
+        """Every node id of the cluster, running or not."""
+        ...
+
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of every node, for clients (a down node is skipped by them)."""
+        ...
+
+    def is_running(self, node: int) -> bool:
+        """The node's process (or container) exists and is not known to be dead."""
+        ...
+
+    def active_controller(self) -> int | None:
+        """The node id of the active controller (the Raft leader), if one answers."""
+        ...
+
+    def kill(self, node: int) -> None:
+        """SIGKILL (a crash); the node stays down until ``restart``."""
+        ...
+
+    def pause(self, node: int) -> None:
+        """SIGSTOP (a stalled process; its sockets stay open)."""
+        ...
+
+    def resume(self, node: int) -> None:
+        """SIGCONT after ``pause``."""
+        ...
+
+    def restart(self, node: int) -> dict[str, Any] | None:
+        """Stop the node gracefully if it runs, start it with its data, wait until ready.
+        May return details for the history (e.g. ``{"graceful": False}``: the stop timed out
+        and the node was killed)."""
+        ...
+
+    def data_dir(self, node: int) -> Path:
+        """The node's data directory on this machine (the node must be stopped to touch it);
+        ``NemesisUnsupportedError`` where it is not reachable."""
+        ...
+
+    def partition(self, nodes: Sequence[int]) -> None:
+        """Cut ``nodes`` off from the other nodes, both ways (one node: isolate it; a
+        minority: split majority/minority). ``NemesisUnsupportedError`` without a network
+        the backend controls."""
+        ...
+
+    def heal(self) -> None:
+        """Undo every ``partition``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """At ``at_s`` seconds after the faults start, do ``f`` to ``target``: a role (see
+    ``TARGETS``), one node (``node-<id>``), or None for ``recover``."""
+
+    at_s: float
+    f: str
+    target: str | None = None
+
+    def __post_init__(self) -> None:
+        assert self.f in FAULTS, self.f
+        assert self.target is None or self.target in TARGETS or _node_target(self.target), (
+            self.target
+        )
+
+
+def _node_target(target: str) -> int | None:
+    """``node-3`` -> 3 (a step aimed at one node, as a rolling restart's are); else None."""
+    prefix, _, number = target.partition("-")
+    return int(number) if prefix == "node" and number.isdigit() else None
+
+
+def format_schedule(steps: Sequence[Step]) -> str:
+    """One line per step, as printed before a run."""
+    return "\n".join(
+        f"  +{step.at_s:6.2f}s  {step.f}{' ' + step.target if step.target else ''}"
+        for step in steps
+    )
+
+
+class Nemesis:
+    """Executes a schedule against ``control``, recording each step as an op of process
+    ``nemesis``: invoke ``{"target": role}``, then ``ok`` with the node(s) it hit, or ``info``
+    with the error (a step that could not resolve its target does nothing and says so)."""
+
+    def __init__(
+        self,
+        control: ClusterControl,
+        history: History,
+        *,
+        seed: int,
+        topic: str,
+        group: str | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.control = control
+        self.history = history
+        self.topic = topic
+        self.group = group
+        self._rng = random.Random(f"{seed}-targets")
+        self._log = log
+        self._down: set[int] = set()
+        self._paused: set[int] = set()
+        self._partitioned = False
+
+    def run(self, steps: Sequence[Step], stop: threading.Event) -> None:
+        """Run ``steps`` until done or ``stop`` is set; then recover everything.
+
+        Each step starts its planned distance (``at_s`` difference) after the previous step
+        *finished*: a slow restart or recovery stretches the run rather than eating the calm
+        gap before the next fault."""
+        previous_at_s = 0.0
+        try:
+            for step in steps:
+                if stop.wait(max(0.0, step.at_s - previous_at_s)):
+                    break
+                previous_at_s = step.at_s
+                self.execute(step)
+        finally:
+            self.execute(Step(0.0, "recover"))
+
+    def execute(self, step: Step) -> None:
+        """Run one step. A step that fails is recorded as ``info`` and the schedule goes on
+        (a fault that did not happen only makes the run gentler), except an unsupported one,
+        which is re-raised: the scenario cannot run on this backend at all."""
+        invocation = self.history.invoke(NEMESIS_PROCESS, step.f, {"target": step.target})
+        try:
+            result = self._apply(step)
+        except (NemesisUnsupportedError, FluxError, OSError, RuntimeError) as error:
+            self.history.complete(invocation, "info", {"target": step.target, "error": str(error)})
+            self._log(f"nemesis: {step.f} {step.target or ''}: {error}")
+            if isinstance(error, NemesisUnsupportedError):
+                raise
+            return
+        self.history.complete(invocation, "ok", {"target": step.target, **result})
+        self._log(f"nemesis: {step.f} {step.target or ''} -> {result}")
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def _apply(self, step: Step) -> dict[str, Any]:
+        if step.f == "recover":
+            return self._recover()
+        node = self._resolve(step.target or "any")
+        if node is None:
+            raise RuntimeError(f"no node to {step.f} as {step.target} right now")
+        if step.f == "kill":
+            self.control.kill(node)
+            self._down.add(node)
+        elif step.f == "pause":
+            self.control.pause(node)
+            self._paused.add(node)
+        elif step.f == "restart":
+            return {"node": node, **(self.control.restart(node) or {})}
+        elif step.f in ("corrupt", "truncate"):
+            self.control.kill(node)
+            self._down.add(node)
+            return {"node": node, "damaged": self._damage_tails(node, step.f)}
+        elif step.f == "partition":
+            self.control.partition([node])
+            self._partitioned = True
+        return {"node": node}
+
+    def _recover(self) -> dict[str, Any]:
+        """Heal partitions, resume paused nodes, restart killed ones, then wait until every
+        replica is back in the ISR: the next fault then meets a cluster with full redundancy,
+        so "one fault at a time" holds for the data too, not only for the processes (a node
+        restarted but still catching up is as good as down)."""
+        healed = self._partitioned
+        if self._partitioned:
+            self.control.heal()
+            self._partitioned = False
+        resumed = sorted(self._paused)
+        for node in resumed:
+            self.control.resume(node)
+        self._paused.clear()
+        restarted = sorted(self._down)
+        for node in restarted:
+            self.control.restart(node)
+            self._down.discard(node)
+        started = time.monotonic()
+        topics = [self.topic] + ([OFFSETS_TOPIC] if self.group is not None else [])
+        full = wait_full_isr(self.control.bootstrap_servers(), topics)
+        return {
+            "healed": healed,
+            "resumed": resumed,
+            "restarted": restarted,
+            "full_isr": full,
+            "isr_wait_s": round(time.monotonic() - started, 2),
+        }
+
+    def _damage_tails(self, node: int, how: str) -> list[dict[str, Any]]:
+        """Flip one byte near the end of (``corrupt``) or cut the end off (``truncate``) the
+        newest segment of each of the workload topic's partitions on the stopped ``node``.
+        Segment layout: ``<data_dir>/<topic>-<partition>/<base offset>.log`` (DESIGN.md §4)."""
+        damaged = []
+        for partition_dir in sorted(self.control.data_dir(node).glob(f"{self.topic}-*")):
+            segments = sorted(partition_dir.glob("*.log"))
+            if not segments or segments[-1].stat().st_size == 0:
+                continue
+            segment = segments[-1]
+            data = bytearray(segment.read_bytes())
+            reach = min(TAIL_DAMAGE_BYTES_MAX, len(data))
+            if how == "corrupt":
+                position = len(data) - self._rng.randint(1, reach)
+                data[position] ^= 0xFF
+                damaged.append(
+                    {
+                        "segment": segment.name,
+                        "dir": partition_dir.name,
+                        "flipped_at": position,
+                        "size": len(data),
+                    }
+                )
+            else:
+                cut = self._rng.randint(1, reach)
+                del data[len(data) - cut :]
+                damaged.append(
+                    {
+                        "segment": segment.name,
+                        "dir": partition_dir.name,
+                        "cut_bytes": cut,
+                        "size": len(data) + cut,
+                    }
+                )
+            segment.write_bytes(bytes(data))
+        return damaged
+
+    # -- targets --------------------------------------------------------------------------
+
+    def _healthy(self) -> list[int]:
+        return [
+            node
+            for node in self.control.nodes()
+            if node not in self._down and node not in self._paused and self.control.is_running(node)
+        ]
+
+    def _resolve(self, target: str) -> int | None:
+        """The node ``target`` names now, among the healthy ones; None if none qualifies."""
+        healthy = self._healthy()
+        if not healthy:
+            return None
+        if target == "any":
+            return self._rng.choice(healthy)
+        named = _node_target(target)
+        if named is not None:
+            return named if named in healthy else None
+        if target == "controller":
+            node = self.control.active_controller()
+            return node if node in healthy else None
+        if target == "coordinator":
+            return self._coordinator(healthy)
+        leaders, replicas = self._topic_layout()
+        if not leaders:
+            return None
+        partition = self._rng.choice(sorted(leaders))
+        leader = leaders[partition]
+        if target == "leader":
+            return leader if leader in healthy else None
+        followers = [n for n in replicas[partition] if n != leader and n in healthy]
+        return self._rng.choice(followers) if followers else None
+
+    def _admin(self) -> Admin:
+        return Admin(self.control.bootstrap_servers(), timeout_s=limits.OP_TIMEOUT_S)
+
+    def _topic_layout(self) -> tuple[dict[int, int], dict[int, list[int]]]:
+        with self._admin() as admin:
+            description = admin.describe_topic(self.topic)
+        leaders = {p.partition: p.leader for p in description.partitions if p.leader >= 0}
+        replicas = {p.partition: list(p.replicas) for p in description.partitions}
+        return leaders, replicas
+
+    def _coordinator(self, healthy: list[int]) -> int | None:
+        """FindCoordinator (v1, over the SDK's one-request ``KafkaConnection``) asked of each
+        address in turn until one answers without an error."""
+        if self.group is None:
+            return None
+        for address in self.control.bootstrap_servers().split(","):
+            try:
+                with KafkaConnection.from_bootstrap(address, timeout_s=limits.OP_TIMEOUT_S) as conn:
+                    answer = conn.request(
+                        ApiKey.FIND_COORDINATOR, 1, {"key": self.group, "key_type": 0}
+                    )
+            except OSError:
+                continue
+            if answer["error_code"] == ErrorCode.NONE:
+                node = int(answer["node_id"])
+                return node if node in healthy else None
+        return None

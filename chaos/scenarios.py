@@ -1,0 +1,161 @@
+"""The scenarios: a workload plus a schedule generator each, named as ``fluxctl chaos run``
+and the pytest suite know them.
+
+A generator is a pure function ``(rng, duration_s, nodes, partitions) -> [Step]`` of a seeded
+``random.Random``, the fault window and the node count (``partitions``: whether the backend can
+cut the network, which only the mixed scenario consults). Every fault is followed by
+``recover`` before the next (see ``flux.chaos.nemesis``): a hold of ``HOLD_S`` with the fault in
+place, then a gap of ``GAP_S`` with the cluster whole.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .nemesis import Step
+from .workloads import WorkloadSpec
+
+__all__ = ["SCENARIOS", "Scenario", "generate_schedule"]
+
+#: Seconds a fault stays in place, and seconds of calm after it (uniform in the range).
+HOLD_S = (2.0, 4.0)
+GAP_S = (2.0, 4.0)
+#: The first fault comes after this many seconds of undisturbed load.
+WARM_UP_S = 2.0
+
+Generator = Callable[[random.Random, float, int, bool], list[Step]]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    generate: Generator
+    workload: WorkloadSpec
+    #: The scenario cannot run without network partitions (a Docker backend).
+    needs_partitions: bool = False
+
+
+def _cycles(
+    rng: random.Random, duration_s: float, pick: Callable[[random.Random], tuple[str, str]]
+) -> list[Step]:
+    """Fault, hold, recover, gap, ... until ``duration_s``; ``pick`` names each fault."""
+    steps = []
+    at_s = WARM_UP_S
+    while at_s < duration_s:
+        f, target = pick(rng)
+        steps.append(Step(round(at_s, 2), f, target))
+        at_s += rng.uniform(*HOLD_S)
+        steps.append(Step(round(at_s, 2), "recover"))
+        at_s += rng.uniform(*GAP_S)
+    return steps
+
+
+def _always(f: str, target: str) -> Generator:
+    def generate(rng: random.Random, duration_s: float, nodes: int, partitions: bool) -> list[Step]:
+        return _cycles(rng, duration_s, lambda _: (f, target))
+
+    return generate
+
+
+def _corrupt_tail(
+    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+) -> list[Step]:
+    return _cycles(rng, duration_s, lambda r: (r.choice(("corrupt", "truncate")), "any"))
+
+
+def _rolling_restart(
+    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+) -> list[Step]:
+    """Graceful restarts of node 1, 2, ... in turn (and around again). As an operator would,
+    each restart is followed at once by ``recover``, which waits until every ISR is full
+    again, and then a gap."""
+    steps = []
+    at_s = WARM_UP_S
+    node = 0
+    while at_s < duration_s:
+        steps.append(Step(round(at_s, 2), "restart", f"node-{node % nodes + 1}"))
+        steps.append(Step(round(at_s, 2), "recover"))
+        node += 1
+        at_s += rng.uniform(*GAP_S)
+    return steps
+
+
+MIXED_FAULTS = (
+    ("kill", "leader"),
+    ("kill", "follower"),
+    ("kill", "controller"),
+    ("kill", "coordinator"),
+    ("pause", "leader"),
+    ("pause", "follower"),
+    ("restart", "any"),
+    ("corrupt", "any"),
+    ("truncate", "any"),
+)
+
+
+def _mixed(rng: random.Random, duration_s: float, nodes: int, partitions: bool) -> list[Step]:
+    faults = MIXED_FAULTS + ((("partition", "leader"), ("partition", "any")) if partitions else ())
+    return _cycles(rng, duration_s, lambda r: r.choice(faults))
+
+
+_LOG = WorkloadSpec()
+_LOG_AND_GROUP = WorkloadSpec(group_members=("confluent", "flux"))
+
+SCENARIOS: dict[str, Scenario] = {
+    scenario.name: scenario
+    for scenario in (
+        Scenario(
+            "kill-leader",
+            "SIGKILL the leader of a partition, restart it after a few seconds",
+            _always("kill", "leader"),
+            _LOG,
+        ),
+        Scenario(
+            "kill-controller",
+            "SIGKILL the active controller (Raft leader), restart it; a group runs too",
+            _always("kill", "controller"),
+            _LOG_AND_GROUP,
+        ),
+        Scenario(
+            "pause-follower",
+            "SIGSTOP a follower replica long enough to leave the ISR, then SIGCONT it",
+            _always("pause", "follower"),
+            _LOG,
+        ),
+        Scenario(
+            "rolling-restart",
+            "gracefully restart every node in turn while producers, consumers and a group run",
+            _rolling_restart,
+            _LOG_AND_GROUP,
+        ),
+        Scenario(
+            "partition-leader",
+            "cut a partition leader off the network, heal (Docker backend only)",
+            _always("partition", "leader"),
+            _LOG,
+            needs_partitions=True,
+        ),
+        Scenario(
+            "corrupt-tail",
+            "SIGKILL a node, flip a byte in or cut the tail of its newest segments, restart it",
+            _corrupt_tail,
+            _LOG,
+        ),
+        Scenario(
+            "mixed",
+            "a random mix of kills, pauses, restarts, corruptions (and partitions with Docker)",
+            _mixed,
+            _LOG_AND_GROUP,
+        ),
+    )
+}
+
+
+def generate_schedule(
+    scenario: Scenario, *, seed: int, duration_s: float, nodes: int, partitions: bool
+) -> list[Step]:
+    """The schedule of ``scenario`` for ``seed``: the same arguments give the same steps."""
+    return scenario.generate(random.Random(seed), duration_s, nodes, partitions)

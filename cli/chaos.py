@@ -1,0 +1,308 @@
+"""``fluxctl chaos``: run a chaos scenario against a fresh local cluster, or re-check a history.
+
+    fluxctl chaos list
+    fluxctl chaos schedule mixed --seed 7 --duration 60
+    fluxctl chaos run kill-leader [--seed N] [--duration S] [--out DIR] [--docker]
+    fluxctl chaos check DIR/history.jsonl
+
+``run`` starts its own 3-node cluster of node processes (with the short failure-detection
+settings below, in ``--out``), runs the scenario through ``flux.chaos.runner.run_scenario``,
+stops every node, prints the report and exits 1 if the history shows an illegal anomaly
+(2 if the result is unknown). It never touches the cluster of ``fluxctl cluster up``.
+
+This module also holds ``ProcessCluster``, the process backend of ``flux.chaos``'s
+``ClusterControl`` (``flux.chaos`` may not import ``flux.cluster``; the CLI and the tests may),
+and ``start_process_cluster``, which the pytest scenarios share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from flux.chaos import history as history_module
+from flux.chaos.checker import check
+from flux.chaos.docker_cluster import DockerError
+from flux.chaos.nemesis import NemesisUnsupportedError, format_schedule
+from flux.chaos.report import format_report
+from flux.chaos.runner import docker_backend_factory, run_scenario
+from flux.chaos.scenarios import SCENARIOS, generate_schedule
+from flux.cluster.launcher import NodeProcess, local_cluster_configs
+
+__all__ = ["CHAOS_NODE_SETTINGS", "ProcessCluster", "chaos", "start_process_cluster"]
+
+#: Node settings of chaos clusters: failures detected in about two seconds (as the
+#: integration tests' FAST_FAILURE_DETECTION), a follower out of the ISR after 1.5 s, groups
+#: rebalancing without the initial delay, and topics (``__consumer_offsets`` too) replicated
+#: three ways with ``min.insync.replicas=2``, so an acknowledged write or commit survives the
+#: loss of any one node.
+CHAOS_NODE_SETTINGS: dict[str, dict[str, Any]] = {
+    "controller": {"session_timeout_ms": 2000, "preferred_leader_election_delay_ms": 1000},
+    "broker": {
+        "heartbeat_interval_ms": 200,
+        "replica_lag_time_max_ms": 1500,
+        "group_initial_rebalance_delay_ms": 0,
+        "offsets_topic_partitions": 3,
+    },
+    "topic": {"replication_factor": 3, "min_insync_replicas": 2},
+}
+NODES = 3
+DEFAULT_SEED_RANGE = 1_000_000
+#: Waiting for a node to start gives up after this long.
+NODE_TIMEOUT_S = 30.0
+#: A node that has not exited this long after SIGTERM is SIGKILLed (and the restart says so).
+GRACEFUL_STOP_TIMEOUT_S = 10.0
+
+
+class ProcessCluster:
+    """``ClusterControl`` over local ``NodeProcess`` es: signals for kill / pause / resume,
+    SIGTERM and a fresh start for restart. No network partitions (``NemesisUnsupportedError``:
+    they need the Docker backend).
+
+    Thread-safety: driven by one thread (the nemesis); ``stop_all`` after it finished.
+    """
+
+    backend = "process"
+
+    def __init__(self, processes: Sequence[NodeProcess]) -> None:
+        self._processes = {process.node_id: process for process in processes}
+        self._paused: set[int] = set()
+        # A node's config may say kafka_port = 0 (any free port); restarts keep the port it
+        # got first, so the bootstrap list every client was given stays true.
+        self._addresses = {n: p.bootstrap_servers for n, p in self._processes.items()}
+        self._kafka_ports = {n: p.kafka_port for n, p in self._processes.items()}
+
+    def nodes(self) -> list[int]:
+        return sorted(self._processes)
+
+    def bootstrap_servers(self) -> str:
+        return ",".join(self._addresses[node] for node in self.nodes())
+
+    def is_running(self, node: int) -> bool:
+        return self._processes[node].is_running()
+
+    def active_controller(self) -> int | None:
+        for node, process in sorted(self._processes.items()):
+            if not process.is_running() or node in self._paused:
+                continue
+            status = _controller_status(process.ready.get("controller_http"))
+            if status and status.get("active"):
+                return node
+        return None
+
+    def kill(self, node: int) -> None:
+        self._paused.discard(node)  # SIGKILL ends a stopped process too
+        self._processes[node].kill()
+
+    def pause(self, node: int) -> None:
+        self._signal(node, signal.SIGSTOP)
+        self._paused.add(node)
+
+    def resume(self, node: int) -> None:
+        self._signal(node, signal.SIGCONT)
+        self._paused.discard(node)
+
+    def restart(self, node: int) -> dict[str, Any]:
+        """SIGTERM, SIGKILL if the node has not exited after ``GRACEFUL_STOP_TIMEOUT_S``
+        (reported as ``"graceful": False``), start, wait until ready."""
+        process = self._processes[node]
+        if node in self._paused:
+            self.resume(node)
+        was_running = process.is_running()
+        returncode = process.stop(timeout_s=GRACEFUL_STOP_TIMEOUT_S)
+        process.start(env={"FLUX_BROKER__KAFKA_PORT": str(self._kafka_ports[node])})
+        process.wait_ready(NODE_TIMEOUT_S)
+        return {"graceful": returncode == 0} if was_running else {}
+
+    def data_dir(self, node: int) -> Path:
+        return self._processes[node].data_dir
+
+    def partition(self, nodes: Sequence[int]) -> None:
+        raise NemesisUnsupportedError(
+            "network partitions need the Docker backend (fluxctl chaos run ... --docker)"
+        )
+
+    def heal(self) -> None:
+        raise NemesisUnsupportedError("network partitions need the Docker backend")
+
+    def stop_all(self) -> None:
+        """Resume paused nodes (a stopped process ignores SIGTERM), then stop every node."""
+        for node in list(self._paused):
+            self.resume(node)
+        for process in self._processes.values():
+            process.stop(timeout_s=10.0)
+
+    def _signal(self, node: int, signum: int) -> None:
+        pid = self._processes[node].pid
+        if pid is None or not self._processes[node].is_running():
+            raise RuntimeError(f"node {node} is not running")
+        os.kill(pid, signum)
+
+
+def _controller_status(address: str | None) -> dict[str, Any] | None:
+    if not address:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{address}/controller/status", timeout=2) as reply:
+            answer = json.loads(reply.read())
+    except (OSError, ValueError):
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+@contextlib.contextmanager
+def start_process_cluster(
+    root: Path,
+    *,
+    nodes: int = NODES,
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Iterator[ProcessCluster]:
+    """Start ``nodes`` combined nodes under ``root`` with ``CHAOS_NODE_SETTINGS`` (plus
+    ``extra``), yield their ``ProcessCluster``, stop every node on exit (also on errors)."""
+    settings: dict[str, dict[str, Any]] = {s: dict(k) for s, k in CHAOS_NODE_SETTINGS.items()}
+    for section, keys in (extra or {}).items():
+        settings.setdefault(section, {}).update(keys)
+    processes = local_cluster_configs(root, nodes, extra=settings)
+    cluster: ProcessCluster | None = None
+    try:
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.wait_ready(NODE_TIMEOUT_S)
+        cluster = ProcessCluster(processes)
+        _wait_for_controller(cluster)
+        yield cluster
+    finally:
+        if cluster is not None:
+            cluster.stop_all()
+        else:
+            for process in processes:
+                process.stop(timeout_s=10.0)
+
+
+def _wait_for_controller(cluster: ProcessCluster) -> None:
+    deadline = time.monotonic() + NODE_TIMEOUT_S
+    while cluster.active_controller() is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no active controller after the cluster started")
+        time.sleep(0.05)
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+@click.group()
+def chaos() -> None:
+    """Fault-injection scenarios with Jepsen-style checking (see docs/chaos.md)."""
+
+
+_scenario_argument = click.argument("scenario", type=click.Choice(sorted(SCENARIOS)))
+_seed_option = click.option(
+    "--seed", type=int, default=None, help="schedule seed (default: random, printed)"
+)
+_duration_option = click.option(
+    "--duration",
+    "duration_s",
+    type=click.FloatRange(min=1.0),
+    default=30.0,
+    show_default=True,
+    help="seconds of faults",
+)
+
+
+@chaos.command("list")
+def chaos_list() -> None:
+    """The scenarios and what each does."""
+    for name in sorted(SCENARIOS):
+        scenario = SCENARIOS[name]
+        suffix = " [--docker]" if scenario.needs_partitions else ""
+        click.echo(f"{name:18} {scenario.description}{suffix}")
+
+
+@chaos.command("schedule")
+@_scenario_argument
+@_seed_option
+@_duration_option
+@click.option("--docker", is_flag=True, help="the schedule of a Docker run (with partitions)")
+def chaos_schedule(scenario: str, seed: int | None, duration_s: float, docker: bool) -> None:
+    """Print the fault schedule a seed gives, without running anything."""
+    seed = _pick_seed(seed)
+    steps = generate_schedule(
+        SCENARIOS[scenario], seed=seed, duration_s=duration_s, nodes=NODES, partitions=docker
+    )
+    click.echo(f"scenario {scenario} seed {seed} duration {duration_s:g}")
+    click.echo(format_schedule(steps) or "  (no steps)")
+
+
+@chaos.command("run")
+@_scenario_argument
+@_seed_option
+@_duration_option
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="where the cluster, history and report go [default: .flux/chaos/SCENARIO-SEED]",
+)
+@click.option("--docker", is_flag=True, help="run on the Docker backend (network partitions)")
+def chaos_run(
+    scenario: str, seed: int | None, duration_s: float, out_dir: str | None, docker: bool
+) -> None:
+    """Run SCENARIO on a fresh local cluster and check the history."""
+    seed = _pick_seed(seed)
+    chosen = SCENARIOS[scenario]
+    root = Path(out_dir or f".flux/chaos/{scenario}-{seed}").resolve()
+    if root.exists() and any(root.iterdir()):
+        raise click.ClickException(f"{root} is not empty: pick another --out or remove it")
+    if docker:
+        factory = docker_backend_factory()
+        if factory is None:
+            raise click.ClickException(
+                "the Docker backend is not installed (flux.chaos.docker_backend is missing)"
+            )
+        backend = factory(root / "cluster", nodes=NODES)
+    elif chosen.needs_partitions:
+        raise click.ClickException(f"{scenario} needs network partitions: add --docker")
+    else:
+        backend = start_process_cluster(root / "cluster")
+    try:
+        with backend as control:
+            outcome = run_scenario(
+                chosen, control, seed=seed, duration_s=duration_s, out_dir=root, log=click.echo
+            )
+    except DockerError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"files: {', '.join(str(path) for path in outcome.files.values())}")
+    click.echo(f"reproduce: fluxctl chaos run {scenario} --seed {seed} --duration {duration_s:g}")
+    sys.exit(_exit_code(outcome.result.valid))
+
+
+@chaos.command("check")
+@click.argument("history_path", type=click.Path(exists=True, dir_okay=False))
+def chaos_check(history_path: str) -> None:
+    """Check a saved history.jsonl again and print its report."""
+    result = check(history_module.load(Path(history_path)))
+    click.echo(format_report(result, history=history_path))
+    sys.exit(_exit_code(result.valid))
+
+
+def _pick_seed(seed: int | None) -> int:
+    return seed if seed is not None else random.SystemRandom().randrange(DEFAULT_SEED_RANGE)
+
+
+def _exit_code(valid: bool | str) -> int:
+    """0 valid, 1 invalid (an illegal anomaly), 2 unknown."""
+    if valid is True:
+        return 0
+    return 1 if valid is False else 2
