@@ -284,7 +284,11 @@ def chaos_run(
     except DockerError as error:
         raise click.ClickException(str(error)) from None
     click.echo(f"files: {', '.join(str(path) for path in outcome.files.values())}")
-    click.echo(f"reproduce: fluxctl chaos run {scenario} --seed {seed} --duration {duration_s:g}")
+    docker_flag = " --docker" if docker else ""
+    click.echo(
+        f"reproduce: fluxctl chaos run {scenario} --seed {seed} --duration {duration_s:g}"
+        f"{docker_flag}"
+    )
     sys.exit(_exit_code(outcome.result.valid))
 
 
