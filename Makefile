@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol storage cluster controller sdk cli chaos spark tests benchmarks
+	$(BIN)/ruff check protocol storage cluster controller sdk cli chaos spark tests benchmarks examples
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/produce_consume.py

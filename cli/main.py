@@ -546,6 +546,7 @@ def _register_client_commands() -> None:
     from flux.cli.chaos import chaos
     from flux.cli.client_commands import consume, produce
     from flux.cli.group import group
+    from flux.cli.pipeline import pipeline
     from flux.cli.topic import topic
 
     main.add_command(topic)
@@ -553,6 +554,7 @@ def _register_client_commands() -> None:
     main.add_command(produce)
     main.add_command(consume)
     main.add_command(chaos)
+    main.add_command(pipeline)
 
 
 _register_client_commands()

@@ -1,0 +1,302 @@
+"""Options of the ``flux`` data source, parsed and checked into frozen dataclasses (pure).
+
+Names follow Spark's Kafka connector where they mean the same thing, so a Kafka pipeline
+moves to Flux by changing ``format("kafka")`` to ``format("flux")``:
+
+=========================  ========================================================  ==========
+option                     meaning                                                   default
+=========================  ========================================================  ==========
+``bootstrap.servers``      ``host:port,...`` (``kafka.bootstrap.servers`` works too)  required
+``subscribe``              comma-separated topics                                    one of the
+``subscribePattern``       Python regex matched against every topic name             two
+``startingOffsets``        ``earliest``, ``latest`` or JSON ``{"t": {"0": 5}}``      stream:
+                           (-2 earliest, -1 latest per partition)                    latest,
+                                                                                     batch:
+                                                                                     earliest
+``endingOffsets``          batch only: ``latest`` or JSON (-1 latest)                latest
+``maxOffsetsPerTrigger``   rows per micro-batch over all partitions                  no limit
+``includeHeaders``         add the ``headers`` column                                false
+``failOnDataLoss``         fail (true) or warn and skip (false) when records are     true
+                           gone
+``maxRecordsPerPartition`` offsets per Spark input partition (larger ranges split)   1000000
+``fetchMaxBytes``          bytes per Fetch and partition                             4 MiB
+``fetchTimeoutMs``         how long a task waits for the records its range promises  120000
+``timeoutMs``              metadata / offset look-ups and writes give up after this  30000
+``topic`` (writer)         the topic of rows without a ``topic`` column value        none
+``compression`` (writer)   none, gzip, snappy, lz4, zstd                             none
+=========================  ========================================================  ==========
+
+Every parser raises ``FluxOptionError`` naming the option and what it expects; nothing here
+does I/O, so the checks are unit-tested with literal option maps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from . import limits
+from .errors import FluxOptionError
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "OffsetSpec",
+    "ReaderOptions",
+    "WriterOptions",
+    "parse_offsets",
+    "parse_reader_options",
+    "parse_writer_options",
+]
+
+#: The sentinel offsets of Spark's Kafka JSON form (and of Kafka's ListOffsets).
+EARLIEST = -2
+LATEST = -1
+
+#: ``"earliest"``, ``"latest"``, or topic -> partition -> offset (``EARLIEST``/``LATEST``
+#: allowed per partition).
+OffsetSpec = Literal["earliest", "latest"] | Mapping[str, Mapping[int, int]]
+
+_COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """The reader's options, checked. Exactly one of ``topics`` / ``pattern`` is set."""
+
+    bootstrap: str
+    topics: tuple[str, ...] | None
+    pattern: str | None
+    starting: OffsetSpec
+    ending: OffsetSpec
+    max_offsets_per_trigger: int | None
+    include_headers: bool
+    fail_on_data_loss: bool
+    max_records_per_partition: int
+    fetch_max_bytes: int
+    fetch_timeout_ms: int
+    timeout_s: float
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` belongs to the subscription."""
+        if self.topics is not None:
+            return topic in self.topics
+        assert self.pattern is not None
+        return not topic.startswith("__") and re.fullmatch(self.pattern, topic) is not None
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    bootstrap: str
+    topic: str | None
+    compression: str
+    timeout_s: float
+
+
+def parse_reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOptions:
+    """Check the reader options; ``streaming`` picks the ``startingOffsets`` default and
+    refuses ``endingOffsets``."""
+    subscribe = _text(options, "subscribe")
+    pattern = _text(options, "subscribePattern")
+    if (subscribe is None) == (pattern is None):
+        raise FluxOptionError(
+            "give exactly one of the options 'subscribe' (comma-separated topics) or "
+            "'subscribePattern' (a regular expression)"
+            + (" — both were given" if subscribe is not None else "")
+        )
+    topics = None
+    if subscribe is not None:
+        topics = tuple(dict.fromkeys(t.strip() for t in subscribe.split(",") if t.strip()))
+        if not topics:
+            raise FluxOptionError("option 'subscribe' names no topic")
+        if len(topics) > limits.SUBSCRIBE_TOPICS_MAX:
+            raise FluxOptionError(
+                f"option 'subscribe' names {len(topics)} topics, more than the limit of "
+                f"{limits.SUBSCRIBE_TOPICS_MAX}"
+            )
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise FluxOptionError(
+                f"option 'subscribePattern' is not a regular expression: {error}"
+            ) from error
+    starting = parse_offsets(
+        options.get("startingOffsets"),
+        option="startingOffsets",
+        default="latest" if streaming else "earliest",
+        allow_earliest=True,
+    )
+    ending_text = options.get("endingOffsets")
+    if streaming and ending_text is not None:
+        raise FluxOptionError("option 'endingOffsets' is for batch queries (spark.read) only")
+    ending = parse_offsets(ending_text, option="endingOffsets", default="latest")
+    if isinstance(starting, Mapping):
+        _check_named_topics(starting, topics, pattern, option="startingOffsets")
+    if isinstance(ending, Mapping):
+        _check_named_topics(ending, topics, pattern, option="endingOffsets")
+    max_offsets = _integer(
+        options, "maxOffsetsPerTrigger", None, low=1, high=limits.MAX_OFFSETS_PER_TRIGGER_MAX
+    )
+    return ReaderOptions(
+        bootstrap=_bootstrap(options),
+        topics=topics,
+        pattern=pattern,
+        starting=starting,
+        ending=ending,
+        max_offsets_per_trigger=max_offsets,
+        include_headers=_boolean(options, "includeHeaders", False),
+        fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
+        max_records_per_partition=_required_int(
+            options,
+            "maxRecordsPerPartition",
+            limits.MAX_RECORDS_PER_PARTITION_DEFAULT,
+            low=1,
+            high=limits.MAX_RECORDS_PER_PARTITION_MAX,
+        ),
+        fetch_max_bytes=_required_int(
+            options, "fetchMaxBytes", limits.FETCH_BYTES_DEFAULT, low=1, high=limits.FETCH_BYTES_MAX
+        ),
+        fetch_timeout_ms=_required_int(
+            options,
+            "fetchTimeoutMs",
+            limits.FETCH_TIMEOUT_MS_DEFAULT,
+            low=1,
+            high=limits.FETCH_TIMEOUT_MS_MAX,
+        ),
+        timeout_s=_timeout_s(options),
+    )
+
+
+def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:
+    compression = (_text(options, "compression") or "none").lower()
+    if compression not in _COMPRESSIONS:
+        raise FluxOptionError(
+            f"option 'compression' must be one of {', '.join(_COMPRESSIONS)}, got {compression!r}"
+        )
+    return WriterOptions(
+        bootstrap=_bootstrap(options),
+        topic=_text(options, "topic"),
+        compression=compression,
+        timeout_s=_timeout_s(options),
+    )
+
+
+def parse_offsets(
+    text: str | None, *, option: str, default: str, allow_earliest: bool = False
+) -> OffsetSpec:
+    """``earliest`` / ``latest`` / Spark's Kafka JSON (``{"topic": {"0": 23, "1": -2}}``)
+    into an ``OffsetSpec`` with integer partitions. ``FluxOptionError`` for anything else."""
+    text = (text or default).strip()
+    if text.lower() == "latest":
+        return "latest"
+    if text.lower() == "earliest":
+        if not allow_earliest:
+            raise FluxOptionError(f"option {option!r} cannot be 'earliest'")
+        return "earliest"
+    expected = (
+        f"option {option!r} must be 'earliest', 'latest' or JSON like "
+        '{"topic": {"0": 42, "1": -2}} (-2 earliest, -1 latest)'
+        if allow_earliest
+        else f"option {option!r} must be 'latest' or JSON like "
+        '{"topic": {"0": 42, "1": -1}} (-1 latest)'
+    )
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise FluxOptionError(f"{expected}; got {text!r} ({error.msg})") from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise FluxOptionError(f"{expected}; got {text!r}")
+    spec: dict[str, dict[int, int]] = {}
+    lowest = EARLIEST if allow_earliest else LATEST
+    for topic, partitions in parsed.items():
+        if not isinstance(partitions, dict) or not partitions:
+            raise FluxOptionError(f"{expected}; topic {topic!r} maps to {partitions!r}")
+        offsets: dict[int, int] = {}
+        for partition, offset in partitions.items():
+            if not (isinstance(partition, str) and partition.isdigit()):
+                raise FluxOptionError(f"{expected}; {partition!r} of {topic!r} is no partition")
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < lowest:
+                raise FluxOptionError(
+                    f"{expected}; offset {offset!r} of {topic}-{partition} is not valid"
+                )
+            offsets[int(partition)] = offset
+        spec[topic] = offsets
+    return spec
+
+
+def _check_named_topics(
+    spec: Mapping[str, Mapping[int, int]],
+    topics: tuple[str, ...] | None,
+    pattern: str | None,
+    *,
+    option: str,
+) -> None:
+    for topic in spec:
+        subscribed = topic in topics if topics is not None else re.fullmatch(pattern or "", topic)
+        if not subscribed:
+            raise FluxOptionError(
+                f"option {option!r} names topic {topic!r}, which is not subscribed"
+            )
+
+
+def _text(options: Mapping[str, str], name: str) -> str | None:
+    value = options.get(name)
+    if value is None or not str(value).strip():
+        return None
+    return str(value).strip()
+
+
+def _bootstrap(options: Mapping[str, str]) -> str:
+    value = _text(options, "bootstrap.servers") or _text(options, "kafka.bootstrap.servers")
+    if value is None:
+        raise FluxOptionError(
+            "option 'bootstrap.servers' is required (the cluster's 'host:port,...')"
+        )
+    return value
+
+
+def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = _text(options, name)
+    if value is None:
+        return default
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise FluxOptionError(f"option {name!r} must be true or false, got {value!r}")
+
+
+def _integer(
+    options: Mapping[str, str], name: str, default: int | None, *, low: int, high: int
+) -> int | None:
+    value = _text(options, name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise FluxOptionError(f"option {name!r} must be an integer, got {value!r}") from None
+    if not low <= number <= high:
+        raise FluxOptionError(f"option {name!r} must be in {low}..{high}, got {number}")
+    return number
+
+
+def _required_int(
+    options: Mapping[str, str], name: str, default: int, *, low: int, high: int
+) -> int:
+    number = _integer(options, name, default, low=low, high=high)
+    assert number is not None
+    return number
+
+
+def _timeout_s(options: Mapping[str, str]) -> float:
+    timeout_ms = _required_int(
+        options, "timeoutMs", int(limits.METADATA_TIMEOUT_S * 1000), low=1, high=3_600_000
+    )
+    return timeout_ms / 1000
