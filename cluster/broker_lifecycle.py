@@ -54,7 +54,7 @@ class BrokerLifecycle:
         # Advertised (name, host, port) of every Kafka listener, primary first: set once the
         # listeners are bound, before start().
         self.listeners: list[tuple[str, str, int]] = []
-        self._http_port = http_port
+        self.http_port = http_port  # set by the node once its HTTP server is bound
         self.broker_id = config.node.id
         self.incarnation_id = uuid.uuid4().hex
         self.ready = asyncio.Event()
@@ -89,7 +89,7 @@ class BrokerLifecycle:
                 "kafka_port": self.listeners[0][2],
                 # Other brokers fetch over HTTP at the primary listener's host.
                 "http_host": self.listeners[0][1],
-                "http_port": self._http_port,
+                "http_port": self.http_port,
                 "rack": broker.rack or None,
                 "listeners": [list(listener) for listener in self.listeners],
             },

@@ -188,6 +188,35 @@ def _voters(value: Any) -> tuple[Voter, ...]:
 
 _MS = _int(-1)
 
+# The original Flux knobs given in seconds, and the millisecond key each one sets.
+_SECONDS_KEYS = {
+    ("message", "ttl"): "ttl_ms",
+    ("message", "cleanup_time"): "cleanup_interval_ms",
+    ("subscriber", "retry_interval"): "retry_interval_ms",
+    ("subscriber", "timeout"): "timeout_ms",
+    ("subscriber", "inactive_time"): "inactive_time_ms",
+    ("subscriber", "cleanup_time"): "cleanup_interval_ms",
+}
+
+
+def _seconds(*, allow_never: bool = False) -> Callable[[Any], float | None]:
+    """A duration in seconds (int or float > 0; -1 = never if ``allow_never``); None = unset."""
+
+    def check(value: Any) -> float | None:
+        if value is None:
+            return None
+        never = " (or -1 for never)" if allow_never else ""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expected a number of seconds > 0{never}, got {value!r}")
+        if allow_never and value == -1:
+            return -1
+        if value <= 0:
+            raise ValueError(f"expected a number of seconds > 0{never}, got {value!r}")
+        return value
+
+    return check
+
+
 SCHEMA: dict[str, dict[str, _Key]] = {
     "node": {
         "id": _Key(1, _int(0, 2**31 - 1), "broker/controller id, unique in the cluster"),
@@ -257,10 +286,23 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "unclean_leader_election_enable": _Key(
             False, _bool, "default unclean.leader.election.enable"
         ),
+        "memory_bytes_max": _Key(
+            256 << 20, _int(1024), "default memory.bytes.max: bytes a memory topic partition holds"
+        ),
+        "buffer": _Key(
+            100,
+            _int(1, 100000),
+            "original Flux: messages a push delivery reads ahead per partition",
+        ),
+    },
+    "api": {
+        "port": _Key(0, _PORT, "original Flux name of broker.http_port (0 = use broker.http_port)"),
     },
     "message": {
         "ttl_ms": _Key(-1, _MS, "memory-topic message TTL (-1 = none)"),
         "cleanup_interval_ms": _Key(60000, _int(10), "memory-topic cleanup period"),
+        "ttl": _Key(None, _seconds(allow_never=True), "original Flux: ttl_ms in seconds"),
+        "cleanup_time": _Key(None, _seconds(), "original Flux: cleanup_interval_ms in seconds"),
     },
     "subscriber": {
         "retry_count": _Key(5, _int(0), "push delivery retries"),
@@ -268,6 +310,10 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "timeout_ms": _Key(5000, _int(1), "one push delivery's timeout"),
         "inactive_time_ms": _Key(3600000, _int(1), "inactive subscriber deleted after"),
         "cleanup_interval_ms": _Key(60000, _int(10), "subscriber cleanup period"),
+        "retry_interval": _Key(None, _seconds(), "original Flux: retry_interval_ms in seconds"),
+        "timeout": _Key(None, _seconds(), "original Flux: timeout_ms in seconds"),
+        "inactive_time": _Key(None, _seconds(), "original Flux: inactive_time_ms in seconds"),
+        "cleanup_time": _Key(None, _seconds(), "original Flux: cleanup_interval_ms in seconds"),
     },
     "dedup": {
         "window_ms": _Key(600000, _int(0), "message-id deduplication window"),
@@ -360,10 +406,45 @@ def parse_config(raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = 
                 values[section][key] = spec.check(value)
             except ValueError as error:
                 raise ConfigError(f"{section}.{key}: {error}") from None
+    _apply_seconds_keys(values, merged)
+    _check_api_port(values)
     _check_roles(values)
     _check_listeners(values["broker"])
     _check_election_timeouts(values["controller"])
     return NodeConfig(values)
+
+
+def _apply_seconds_keys(
+    values: dict[str, dict[str, Any]], given: dict[str, dict[str, Any]]
+) -> None:
+    """The original Flux knobs in seconds set their millisecond twins; both given must agree."""
+    for (section, key), ms_key in _SECONDS_KEYS.items():
+        seconds = values[section][key]
+        if seconds is None:
+            continue
+        milliseconds = -1 if seconds == -1 else max(1, round(seconds * 1000))
+        if ms_key in given.get(section, {}) and values[section][ms_key] != milliseconds:
+            raise ConfigError(
+                f"{section}.{key}: {seconds} s disagrees with {section}.{ms_key} "
+                f"{values[section][ms_key]} (give one of them)"
+            )
+        try:
+            values[section][ms_key] = SCHEMA[section][ms_key].check(milliseconds)
+        except ValueError as error:
+            raise ConfigError(f"{section}.{key}: {error}") from None
+
+
+def _check_api_port(values: dict[str, dict[str, Any]]) -> None:
+    """``api.port`` is the original Flux name of the broker's HTTP port (one server serves the
+    HTTP API, metrics and replication)."""
+    api_port, http_port = values["api"]["port"], values["broker"]["http_port"]
+    if api_port and http_port and api_port != http_port:
+        raise ConfigError(
+            f"api.port: {api_port} disagrees with broker.http_port {http_port} (they name the "
+            f"same HTTP listener; give one of them)"
+        )
+    if api_port:
+        values["broker"]["http_port"] = api_port
 
 
 def _check_roles(values: dict[str, dict[str, Any]]) -> None:

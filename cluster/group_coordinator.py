@@ -458,6 +458,34 @@ class GroupCoordinator:
                     "protocol_type": "", "protocol_data": "", "members": []}  # fmt: skip
         return {"error_code": ErrorCode.NONE, **group.describe()}
 
+    def committed_snapshot(self) -> dict[str, Any]:
+        """What this broker coordinates: the offsets partitions it has loaded and every offset
+        committed in them, ``[group, topic, partition, offset]`` (for lag metrics and the
+        memory-topic cleanup, which need every group's position wherever it is coordinated)."""
+        committed = [
+            [group, topic, index, entry.offset]
+            for state in self._loaded.values()
+            for group in state.groups()
+            for (topic, index), entry in sorted(state.offsets(group).items())
+        ]
+        return {
+            "offsets_partitions": sorted(self._loaded),
+            "offsets_partition_count": self._offsets_partition_count(),
+            "committed": committed,
+        }
+
+    def image(self) -> MetadataImage:
+        return self._replicas.image
+
+    def coordinator_of(self, group_id: str) -> int | None:
+        """The broker id coordinating ``group_id`` per this broker's metadata, if any."""
+        index = self.partition_of(group_id)
+        topic = self._replicas.image.topics.get(OFFSETS_TOPIC)
+        if index is None or topic is None:
+            return None
+        leader = topic.partitions[index].leader
+        return leader if leader >= 0 else None
+
     def list_groups(self) -> list[dict[str, Any]]:
         names = set(self._groups)
         for state in self._loaded.values():

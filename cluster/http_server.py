@@ -1,8 +1,10 @@
 """The broker's HTTP listener (aiohttp).
 
-It serves ``GET /health`` and ``GET /ping`` today; the HTTP API of the original Flux (publish,
-subscribe, push delivery), REST, metrics and the replication endpoint are added to this same
-server. The broker registers its bound port with the controller, so other brokers can reach it.
+It serves ``GET /health``, ``GET /ping``, the replication endpoint, and the routes of the HTTP
+API (``http_api.HttpApi``: original Flux publish/subscribe, REST, metrics, and the internal
+broker-to-broker endpoints). ``broker.http_port`` (alias ``api.port``) is its port: one
+listener for all of it. The broker registers the bound port with the controller, so other
+brokers can reach it.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ class BrokerHttpServer:
         port: int,
         health: Callable[[], dict[str, Any]],
         replica_fetch: ReplicaFetchHandler,
+        routes: list[web.RouteDef] | None = None,
     ) -> None:
         self._host = host
         self._port = port
         self._health = health
         self._replica_fetch = replica_fetch
+        self._routes = list(routes or [])
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -49,6 +53,7 @@ class BrokerHttpServer:
                 web.get("/health", self._get_health),
                 web.get("/ping", self._ping),
                 web.post("/replication/fetch", self._post_replication_fetch),
+                *self._routes,
             ]
         )
         self._runner = web.AppRunner(app, access_log=None)

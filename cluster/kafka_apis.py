@@ -244,6 +244,11 @@ class KafkaApis:
                     validate_topic_name(name)
                 except InvalidTopicError:
                     return _topic_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION, None)
+                if not self._lifecycle.ready.is_set():
+                    # Started but not caught up with the metadata log yet: the topic may well
+                    # exist. A retriable error, not "unknown" (which fails sends at once); the
+                    # chaos suite saw confluent-kafka fail sends to a just-restarted broker.
+                    return _topic_error(name, ErrorCode.LEADER_NOT_AVAILABLE, None)
                 return _topic_error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
         live = set(image.live_broker_ids())
         return {
@@ -306,6 +311,17 @@ class KafkaApis:
         if answer["error_code"] == ErrorCode.NONE and version:
             await self._lifecycle.wait_for_version(version, METADATA_PROPAGATION_TIMEOUT_S)
         return answer
+
+    async def controller_write(
+        self, method: str, path: str, body: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """An admin write at the active controller, answered once this broker's metadata shows
+        it (for the HTTP API)."""
+        return await self._forward(method, path, body)
+
+    async def auto_create_topics(self, names: list[str]) -> None:
+        if self._config.broker.auto_create_topics:
+            await self._auto_create(names)
 
     # -- Produce ------------------------------------------------------------------------------
 

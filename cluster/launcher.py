@@ -137,8 +137,8 @@ def write_node_config(path: Path, sections: Mapping[str, Mapping[str, Any]]) -> 
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, (int, float)):
+        return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     return json.dumps(str(value))

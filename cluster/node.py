@@ -18,21 +18,29 @@ import json
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 from flux.controller.service import ControllerService, ControllerSettings, VoterAddress
+from flux.protocol.api import ApiKey
 
 from .broker_lifecycle import BrokerLifecycle
+from .broker_peers import BrokerPeers
 from .config import NodeConfig
 from .controller_client import ControllerClient
 from .group_coordinator import GroupCoordinator
+from .http_api import HttpApi
 from .http_server import BrokerHttpServer
 from .isr import IsrManager
 from .kafka_apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka_server import KafkaServer
 from .launcher import READY_FILE
+from .memory_topics import MemoryTopicCleaner
+from .metrics import BrokerMetrics
+from .offsets_client import OffsetsClient
 from .producer_ids import ProducerIdManager
+from .push import PushManager, PushSettings
 from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
 
@@ -56,6 +64,10 @@ class Node:
         self.isr: IsrManager | None = None
         self.http: BrokerHttpServer | None = None
         self.fetchers: ReplicaFetcherManager | None = None
+        self.metrics: BrokerMetrics | None = None
+        self.peers: BrokerPeers | None = None
+        self.push: PushManager | None = None
+        self.memory_cleaner: MemoryTopicCleaner | None = None
         self._controller_client: ControllerClient | None = None
 
     async def start(self) -> None:
@@ -119,37 +131,56 @@ class Node:
     async def _start_broker(self) -> None:
         config = self.config
         self.replicas = ReplicaManager(config)
+        replicas = self.replicas
         self._controller_client = ControllerClient(
             [voter.http_address for voter in config.controller.voters]
         )
-        self.http = BrokerHttpServer(
-            host=config.broker.host,
-            port=config.broker.http_port,
-            health=self._health,
-            replica_fetch=self.replicas.handle_replica_fetch,
-        )
-        await self.http.start()
-        self.lifecycle = BrokerLifecycle(
-            config, self._controller_client, self.replicas, http_port=self.http.port
-        )
+        # The HTTP port is registered with the controller; it is bound (below) before the
+        # lifecycle starts, once every handler it serves exists.
+        self.lifecycle = BrokerLifecycle(config, self._controller_client, replicas, http_port=0)
         groups = GroupCoordinator(
-            self.replicas,
+            replicas,
             initial_rebalance_delay_ms=config.broker.group_initial_rebalance_delay_ms,
             create_offsets_topic=lambda: apis.create_offsets_topic(),
         )
         apis = KafkaApis(
             config,
-            self.replicas,
+            replicas,
             self._controller_client,
             self.lifecycle,
             ProducerIdManager(self._controller_client, broker_id=config.node.id),
             groups,
         )
+        self.metrics = BrokerMetrics(
+            broker_id=config.node.id, partitions=replicas.partitions, image=lambda: replicas.image
+        )
+        self.peers = BrokerPeers(lambda: replicas.image, broker_id=config.node.id)
+        offsets = OffsetsClient(groups, self.peers)
+        http_api = HttpApi(
+            replicas=replicas,
+            apis=apis,
+            groups=groups,
+            peers=self.peers,
+            offsets=offsets,
+            metrics=self.metrics,
+            broker_id=config.node.id,
+            allow_auto_create=config.broker.auto_create_topics,
+        )
+        self.http = BrokerHttpServer(
+            host=config.broker.host,
+            port=config.broker.http_port,
+            health=self._health,
+            replica_fetch=replicas.handle_replica_fetch,
+            routes=http_api.routes(),
+        )
+        await self.http.start()
+        self.lifecycle.http_port = self.http.port
+        handle = _measured(apis.handle, self.metrics)
         # The listener binds first so the registration carries the real port; requests that
         # arrive before the first metadata image are answered from the empty image.
         for listener in config.listeners:
             server = KafkaServer(
-                apis.handle,
+                handle,
                 host=listener.host,
                 port=listener.port,
                 max_request_bytes=config.broker.socket_request_max_bytes,
@@ -166,18 +197,34 @@ class Node:
         ]
         # Fetchers listen to images from the first one on, so they exist before following starts.
         self.fetchers = ReplicaFetcherManager(
-            self.replicas, broker_id=config.node.id, incarnation_id=self.lifecycle.incarnation_id
+            replicas, broker_id=config.node.id, incarnation_id=self.lifecycle.incarnation_id
         )
         await self.lifecycle.start()
-        self.replicas.start_background_tasks()
+        replicas.start_background_tasks()
         self.isr = IsrManager(
-            self.replicas,
+            replicas,
             self._controller_client,
             broker_id=config.node.id,
             incarnation_id=self.lifecycle.incarnation_id,
             lag_time_max_ms=config.broker.replica_lag_time_max_ms,
         )
         self.isr.start()
+        self.push = PushManager(
+            settings=PushSettings.from_config(config),
+            replicas=replicas,
+            offsets=offsets,
+            apis=apis,
+            metrics=self.metrics,
+            broker_id=config.node.id,
+        )
+        self.push.start()
+        self.memory_cleaner = MemoryTopicCleaner(
+            replicas=replicas,
+            offsets=offsets,
+            metrics=self.metrics,
+            interval_ms=config.message.cleanup_interval_ms,
+        )
+        self.memory_cleaner.start()
         await asyncio.wait_for(self.lifecycle.ready.wait(), READY_TIMEOUT_S)
 
     def _health(self) -> dict[str, Any]:
@@ -200,6 +247,10 @@ class Node:
 
     async def stop(self) -> None:
         (self.config.data_dir / READY_FILE).unlink(missing_ok=True)
+        if self.push is not None:
+            await self.push.stop()
+        if self.memory_cleaner is not None:
+            await self.memory_cleaner.stop()
         if self.isr is not None:
             await self.isr.stop()
         if self.fetchers is not None:
@@ -210,6 +261,8 @@ class Node:
             await server.stop()
         if self.http is not None:
             await self.http.stop()
+        if self.peers is not None:
+            await self.peers.close()
         if self.replicas is not None:
             await self.replicas.close()
         if self._controller_client is not None:
@@ -244,6 +297,24 @@ def run_node(config: NodeConfig) -> None:
         asyncio.run(_main(config))
     else:
         uvloop.run(_main(config))
+
+
+def _measured(handle: Any, metrics: BrokerMetrics) -> Any:
+    """``KafkaApis.handle`` counting requests and timing them by API."""
+
+    async def measured(header: Any, body: dict[str, Any], connection: Any) -> bytes | None:
+        started = time.perf_counter()
+        try:
+            return await handle(header, body, connection)  # type: ignore[no-any-return]
+        finally:
+            try:
+                api = ApiKey(header.api_key).name
+            except ValueError:
+                api = str(header.api_key)
+            metrics.kafka_requests.labels(api).inc()
+            metrics.kafka_latency.labels(api).observe(time.perf_counter() - started)
+
+    return measured
 
 
 def _write_json_atomically(path: Path, document: dict[str, object]) -> None:

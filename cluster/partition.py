@@ -26,11 +26,12 @@ from typing import Any
 
 from flux.controller.image import PartitionState
 from flux.protocol.errors import ErrorCode
-from flux.protocol.records import iter_batches
+from flux.protocol.records import build_batch, decode_records, iter_batches
 from flux.storage import AppendResult, MemoryLog, PartitionLog
 from flux.storage.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
 from flux.storage.producer_state import ProducerStateManager, Verdict, increment_sequence
 
+from .dedup import MessageIdIndex, message_ids_in
 from .replication_wire import PartitionData
 from .topics import TopicConfig
 
@@ -94,6 +95,7 @@ class Partition:
     delayed: list[DelayedProduce] = field(default_factory=list)
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
     clock_ms: Callable[[], int] = monotonic_ms
+    dedup: MessageIdIndex = field(default_factory=lambda: MessageIdIndex(0))
 
     def __post_init__(self) -> None:
         self.high_watermark = min(
@@ -116,6 +118,8 @@ class Partition:
         self.state = state
         self.is_leader = True
         self.epochs.assign(state.leader_epoch, self.log_end_offset)
+        if self.dedup.covered_end < self.log_end_offset:
+            self.rebuild_dedup()  # the window survives failover: ids come from the log
         now = self.clock_ms()
         # Followers start as "caught up now", so a new leader does not drop them from the ISR
         # before they had a chance to fetch from it.
@@ -163,6 +167,13 @@ class Partition:
         written again (the result carries its original offsets); a sequence gap or a fenced
         epoch raises ``ProducerRejectedError`` and nothing is written."""
         assert self.is_leader, "only a leader appends client batches"
+        if self.dedup.enabled:
+            deduplicated = self._drop_duplicate_ids(records)
+            if isinstance(deduplicated, AppendResult):
+                return deduplicated
+            records = deduplicated
+        if isinstance(self.log, MemoryLog):
+            self._check_memory_room(len(records))
         headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
         duplicates = []
         for header in headers:
@@ -199,9 +210,98 @@ class Partition:
             )
         result = self.log.append(records, leader_epoch=self.leader_epoch)
         self._record_producers(headers, first_offset=result.base_offset)
+        if self.dedup.enabled:
+            self.dedup.observe_batches(records, base_offset=result.base_offset)
+        else:
+            self.dedup.covered_end = self.log_end_offset
         self.maybe_advance_high_watermark()
         self.wake_waiters()
         return result
+
+    def _drop_duplicate_ids(self, records: bytes | memoryview) -> bytes | memoryview | AppendResult:
+        """Leave out records whose ``flux-msg-id`` was stored within the dedup window.
+
+        A request whose every record is such a repeat is answered with the offsets first given
+        to them (nothing is appended). A batch of which only some records repeat is re-encoded
+        without them, unless it is idempotent or transactional: its sequence numbers must stay
+        as the producer wrote them, so it is appended whole (documented in docs/http-api.md).
+        """
+        batches = list(iter_batches(records, allow_partial_tail=False))
+        kept: list[bytes | memoryview] = []
+        original: list[int] = []
+        changed = False
+        seen: set[str] = set()
+        for header, raw in batches:
+            ids = dict(message_ids_in(raw, header))
+            repeats = {}
+            for delta, message_id in ids.items():
+                stored = self.dedup.lookup(message_id)
+                if stored is not None:
+                    repeats[delta] = stored
+                elif message_id in seen:
+                    repeats[delta] = -1  # repeated inside this request: stored once
+                seen.add(message_id)
+            original.extend(offset for offset in repeats.values() if offset >= 0)
+            if not repeats:
+                kept.append(raw)
+            elif len(repeats) == header.records_count:
+                changed = True
+            elif header.producer_id >= 0 or header.is_transactional:
+                kept.append(raw)
+            else:
+                kept.append(_without_records(raw, set(repeats)))
+                changed = True
+        if not changed:
+            return records
+        if not kept:
+            first = min(original) if original else self.log_end_offset
+            last = max(original) if original else first
+            return AppendResult(
+                base_offset=first,
+                last_offset=last,
+                batch_count=0,
+                record_count=0,
+                max_timestamp=-1,
+                log_append_time_ms=-1,
+            )
+        return b"".join(bytes(part) for part in kept)
+
+    def _check_memory_room(self, incoming_bytes: int) -> None:
+        """A memory topic holds at most ``memory.bytes.max`` per partition: refuse, never grow
+        without bound (the cleanup task makes room by removing acknowledged, expired data)."""
+        limit = self.config.get("memory.bytes.max")
+        held = self.log.size_bytes
+        if held + incoming_bytes > limit:
+            raise ProducerRejectedError(
+                ErrorCode.POLICY_VIOLATION,
+                f"memory topic {self.topic}-{self.index} is full: it holds {held} bytes, "
+                f"memory.bytes.max is {limit}; messages are removed once past message.ttl.ms "
+                f"and acknowledged by every subscription and group",
+            )
+
+    def rebuild_dedup(self, read_bytes: int = 8 << 20) -> int:
+        """Replay the log's batches within the dedup window into the id index."""
+        index = self.dedup
+        if not index.enabled:
+            index.covered_end = self.log_end_offset
+            return 0
+        start = max(index.covered_end, self.log.log_start_offset)
+        found_at = self.log.offset_for_timestamp(int(time.time() * 1000) - index.window_ms)
+        if found_at is not None:
+            start = max(start, found_at[0])
+        else:
+            start = self.log_end_offset
+        found = 0
+        offset = start
+        while offset < self.log_end_offset:
+            data = self.log.read(offset, read_bytes)
+            batches = list(iter_batches(data))
+            if not batches:
+                break
+            found += index.rebuild(batches, end=batches[-1][0].next_offset)
+            offset = batches[-1][0].next_offset
+        index.covered_end = self.log_end_offset
+        return found
 
     def _record_producers(self, headers: list[Any], *, first_offset: int | None) -> None:
         """Remember appended batches in the producer state (``first_offset``: where the log
@@ -405,13 +505,17 @@ class Partition:
         self.log.append(records, assign_offsets=False)
         for epoch, start in first_of_epoch:
             self.epochs.assign(epoch, start)
-        # Followers keep producer state too, so a new leader deduplicates retries at once.
+        # Followers keep producer state and message ids too, so a new leader deduplicates
+        # retries at once.
         self._record_producers(headers, first_offset=None)
+        if self.dedup.enabled:
+            self.dedup.observe_batches(records)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
         self.epochs.truncate_from_end(self.log_end_offset)
         self.producers.truncate_to(self.log_end_offset)
+        self.dedup.truncate_to(self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
 
     def restart_at(self, offset: int) -> None:
@@ -419,6 +523,7 @@ class Partition:
         self.log.truncate_fully_and_start_at(offset)
         self.epochs.clear()
         self.producers = ProducerStateManager(last_offset=offset)
+        self.dedup.restart_at(offset)
         self.high_watermark = offset
 
     def follow_high_watermark(self, leader_high_watermark: int) -> None:
@@ -441,3 +546,15 @@ class Partition:
             if not waiter.done():
                 waiter.set_result(None)
         self.waiters.clear()
+
+
+def _without_records(raw: bytes | memoryview, drop: set[int]) -> bytes:
+    """One uncompressed-or-compressed, non-idempotent batch re-encoded without the records at
+    offset deltas ``drop`` (kept records keep their order, keys, values, headers, timestamps)."""
+    header = next(iter_batches(raw))[0]
+    kept = [
+        (record.key, record.value, record.headers, record.timestamp)
+        for record in decode_records(bytes(raw), verify_crc=False)
+        if record.offset - header.base_offset not in drop
+    ]
+    return build_batch(kept, compression=header.compression)

@@ -37,6 +37,8 @@ PARTITION_FETCH_MAX_BYTES = 4 << 20
 FETCH_TIMEOUT_MARGIN_S = 2.0
 ERROR_BACKOFF_S = 0.1
 MAX_ERROR_BACKOFF_S = 1.0
+#: ``stop`` waits this long for the fetcher tasks, then leaves them (the process is exiting).
+STOP_TIMEOUT_S = 5.0
 
 
 class ReplicaFetcherManager:
@@ -51,9 +53,12 @@ class ReplicaFetcherManager:
         # One HTTP session (connection pool) per leader, like Kafka's fetcher threads: a slow
         # or dead leader never holds up the fetches from the others.
         self._sessions: dict[int, aiohttp.ClientSession] = {}
+        self._stopping = False
         replicas.add_image_listener(self._on_image)
 
     def _on_image(self, image: MetadataImage) -> None:
+        if self._stopping:
+            return
         leaders = {p.state.leader for p in self._followed()}
         for leader in leaders - set(self._tasks):
             if leader >= 0 and leader != self._broker_id:
@@ -69,13 +74,29 @@ class ReplicaFetcherManager:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks.values():
-            task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        """Cancel every fetcher, close the connection pools, wait (bounded) for the tasks.
+
+        The pools are closed before waiting: a fetch cancelled while aiohttp was inside its
+        request could keep its task waiting on the connection, and a node's SIGTERM then never
+        finished (1 restart in 4 to 13 under the chaos suite's rolling restarts). Closing the
+        pools aborts those requests; ``_stopping`` keeps a loop that still wakes up from
+        opening a new pool, and the bounded wait keeps shutdown from hanging regardless.
+        """
+        self._stopping = True
+        tasks = list(self._tasks.values())
         self._tasks.clear()
-        for session in self._sessions.values():
-            await session.close()
+        for task in tasks:
+            task.cancel()
+        sessions = list(self._sessions.values())
         self._sessions.clear()
+        for session in sessions:
+            await session.close()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+            if pending:
+                log.warning(
+                    "%d replica fetchers did not stop in %.0f s", len(pending), STOP_TIMEOUT_S
+                )
 
     async def _reset_client(self, leader: int) -> None:
         """Drop the leader's connection pool after a failure: its connections may be dead."""
@@ -94,7 +115,7 @@ class ReplicaFetcherManager:
 
     async def _fetch_forever(self, leader: int) -> None:
         """One leader's fetch loop; it never dies on an unexpected error (logged, retried)."""
-        while True:
+        while not self._stopping:
             try:
                 await self._fetch_rounds(leader)
             except asyncio.CancelledError:
@@ -105,7 +126,7 @@ class ReplicaFetcherManager:
 
     async def _fetch_rounds(self, leader: int) -> None:
         backoff = ERROR_BACKOFF_S
-        while True:
+        while not self._stopping:
             partitions = self._followed(leader)
             registration = self._replicas.image.brokers.get(leader)
             if not partitions or registration is None or registration.fenced:

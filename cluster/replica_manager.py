@@ -35,6 +35,7 @@ from flux.storage.leader_epochs import LeaderEpochCache
 from flux.storage.producer_state import ProducerSnapshotError, ProducerStateManager
 
 from .config import NodeConfig
+from .dedup import MessageIdIndex
 from .partition import Partition
 from .replication_wire import PartitionData
 from .topics import TopicConfig
@@ -88,7 +89,7 @@ class ReplicaManager:
 
     def topic_config(self, overrides: dict[str, str | None]) -> TopicConfig:
         return TopicConfig.from_defaults(
-            self._config["topic"],
+            {**self._config["topic"], "message_ttl_ms": self._config.message.ttl_ms},
             overrides,
             message_max_bytes=self._config.broker.message_max_bytes,
         )
@@ -186,7 +187,14 @@ class ReplicaManager:
             epochs=epochs,
             producers=producers,
             high_watermark=self._high_watermarks.get(key, 0),
+            dedup=MessageIdIndex(
+                0 if topic.name.startswith("__") else self._config.dedup.window_ms,
+                covered_end=partition_log.log_start_offset,
+            ),
         )
+        found = partition.rebuild_dedup()
+        if found:
+            log.info("%s: %d message ids within the dedup window rebuilt from the log", key, found)
         self._partitions[(topic.name, index)] = partition
         return partition
 

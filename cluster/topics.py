@@ -39,6 +39,8 @@ _DEFAULT_KEYS = {
     "message.timestamp.type": "message_timestamp_type",
     "storage": "storage",
     "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "memory.bytes.max": "memory_bytes_max",
+    "message.ttl.ms": "message_ttl_ms",
 }
 
 
@@ -58,7 +60,10 @@ class TopicConfig:
         *,
         message_max_bytes: int,
     ) -> TopicConfig:
-        values = {key: _config_text(topic_defaults[name]) for key, name in _DEFAULT_KEYS.items()}
+        # ``message_ttl_ms`` comes from the node's [message] section; callers that pass only
+        # [topic] get "no TTL".
+        defaults = {"message_ttl_ms": -1, **topic_defaults}
+        values = {key: _config_text(defaults[name]) for key, name in _DEFAULT_KEYS.items()}
         values["max.message.bytes"] = str(message_max_bytes)
         values["cleanup.policy"] = "delete"
         explicit = set()

@@ -38,11 +38,14 @@ from flux.controller.records import (
     ConfigChange,
     CreatePartitions,
     CreateTopic,
+    DeleteSubscription,
     DeleteTopic,
     PartitionChange,
     PartitionSpec,
     Record,
     RegisterBroker,
+    RegisterSubscription,
+    SubscriptionStateChange,
 )
 from flux.controller.topic_rules import (
     TOPIC_CONFIG_KEYS,
@@ -64,11 +67,14 @@ __all__ = [
     "broker_heartbeat",
     "create_partitions",
     "create_topic",
+    "delete_subscription",
     "delete_topic",
     "elect_leaders",
     "fence_broker",
     "preferred_leader_imbalance",
     "register_broker",
+    "register_subscription",
+    "set_subscription_state",
     "unfence_broker",
 ]
 
@@ -856,3 +862,71 @@ def allocate_producer_ids(
         first_producer_id=first,
         count=count,
     )
+
+
+MAX_SUBSCRIPTIONS = 10_000
+MAX_SUBSCRIPTION_TOPICS = 1000
+MAX_ADDRESS_LENGTH = 2048
+_SUBSCRIPTION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_ADDRESS_SCHEMES = ("http://", "https://", "ws://", "wss://")
+
+
+def register_subscription(
+    image: MetadataImage,
+    *,
+    subscription_id: str,
+    address: str,
+    topics: Sequence[str],
+    read_old: bool,
+    now_ms: int,
+) -> ControllerResult:
+    """Create a push subscription, or reactivate an existing inactive one with the same id
+    (its offsets were kept). ``created`` in the response says which."""
+    if not _SUBSCRIPTION_ID.match(subscription_id):
+        return _error(ErrorCode.INVALID_REQUEST, f"invalid subscription id {subscription_id!r}")
+    if len(address) > MAX_ADDRESS_LENGTH or not address.startswith(_ADDRESS_SCHEMES):
+        return _error(ErrorCode.INVALID_REQUEST, "address must be an http(s) or ws(s) URL")
+    if not topics or len(topics) > MAX_SUBSCRIPTION_TOPICS:
+        return _error(
+            ErrorCode.INVALID_REQUEST, f"topics must name 1..{MAX_SUBSCRIPTION_TOPICS} topics"
+        )
+    for name in topics:
+        try:
+            validate_topic_name(name)
+        except InvalidTopicError as error:
+            return _error(ErrorCode.INVALID_TOPIC_EXCEPTION, str(error))
+    current = image.subscriptions.get(subscription_id)
+    fields = {"subscription_id": subscription_id}
+    if current is not None:
+        if current.active:
+            return _ok(created=False, reactivated=False, **fields)
+        change = SubscriptionStateChange(subscription_id, active=True, changed_ms=now_ms)
+        return _ok([change], created=False, reactivated=True, **fields)
+    if len(image.subscriptions) >= MAX_SUBSCRIPTIONS:
+        return _error(ErrorCode.INVALID_REQUEST, f"at most {MAX_SUBSCRIPTIONS} subscriptions")
+    record = RegisterSubscription(
+        subscription_id=subscription_id,
+        address=address,
+        topics=tuple(dict.fromkeys(topics)),
+        read_old=read_old,
+        created_ms=now_ms,
+    )
+    return _ok([record], created=True, reactivated=False, **fields)
+
+
+def set_subscription_state(
+    image: MetadataImage, *, subscription_id: str, active: bool, now_ms: int
+) -> ControllerResult:
+    current = image.subscriptions.get(subscription_id)
+    if current is None:
+        return _error(ErrorCode.RESOURCE_NOT_FOUND, f"no subscription {subscription_id!r}")
+    if current.active == active:
+        return _ok(subscription_id=subscription_id, active=active)
+    change = SubscriptionStateChange(subscription_id, active=active, changed_ms=now_ms)
+    return _ok([change], subscription_id=subscription_id, active=active)
+
+
+def delete_subscription(image: MetadataImage, *, subscription_id: str) -> ControllerResult:
+    if subscription_id not in image.subscriptions:
+        return _error(ErrorCode.RESOURCE_NOT_FOUND, f"no subscription {subscription_id!r}")
+    return _ok([DeleteSubscription(subscription_id)], subscription_id=subscription_id)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar
 
 from flux.controller.records import (
@@ -26,12 +26,15 @@ from flux.controller.records import (
     ConfigChange,
     CreatePartitions,
     CreateTopic,
+    DeleteSubscription,
     DeleteTopic,
     FenceBroker,
     PartitionChange,
     PartitionSpec,
     Record,
     RegisterBroker,
+    RegisterSubscription,
+    SubscriptionStateChange,
     UnfenceBroker,
 )
 
@@ -42,6 +45,7 @@ __all__ = [
     "MetadataImage",
     "PartitionState",
     "RoleChanges",
+    "SubscriptionImage",
     "TopicImage",
 ]
 
@@ -226,6 +230,40 @@ class TopicImage:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class SubscriptionImage:
+    """One push subscription (see ``RegisterSubscription``). ``changed_ms``: when it was
+    created or last changed state (wall clock, from the record)."""
+
+    subscription_id: str
+    address: str
+    topics: tuple[str, ...]
+    read_old: bool
+    active: bool
+    changed_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "subscription_id": self.subscription_id,
+            "address": self.address,
+            "topics": list(self.topics),
+            "read_old": self.read_old,
+            "active": self.active,
+            "changed_ms": self.changed_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SubscriptionImage:
+        return cls(
+            subscription_id=str(data["subscription_id"]),
+            address=str(data["address"]),
+            topics=tuple(str(t) for t in data["topics"]),
+            read_old=bool(data["read_old"]),
+            active=bool(data["active"]),
+            changed_ms=int(data["changed_ms"]),
+        )
+
+
 def _sorted_pairs(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(dict(pairs).items()))
 
@@ -262,6 +300,15 @@ class MetadataImage:
     topics: FrozenMap[str, TopicImage] = field(default_factory=FrozenMap)
     broker_configs: FrozenMap[str, tuple[tuple[str, str], ...]] = field(default_factory=FrozenMap)
     next_producer_id: int = 0  # the first producer id not yet allocated to any broker
+    subscriptions: FrozenMap[str, SubscriptionImage] = field(default_factory=FrozenMap)
+
+    def __setstate__(self, state: Sequence[Any]) -> None:
+        """Unpickle; snapshots written before a field existed get its default (so a controller
+        upgraded in place reads its old Raft snapshot)."""
+        values = dict(zip([f.name for f in fields(self)], state, strict=False))
+        values.setdefault("subscriptions", FrozenMap())
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
     # -- queries ------------------------------------------------------------------------
 
@@ -403,6 +450,32 @@ class MetadataImage:
             return self._ignore(record, "not the next block of producer ids")
         return replace(self, next_producer_id=record.first_producer_id + record.count)
 
+    def _replay_register_subscription(self, record: RegisterSubscription) -> MetadataImage:
+        if record.subscription_id in self.subscriptions:
+            return self._ignore(record, "subscription exists")
+        subscription = SubscriptionImage(
+            subscription_id=record.subscription_id,
+            address=record.address,
+            topics=record.topics,
+            read_old=record.read_old,
+            active=True,
+            changed_ms=record.created_ms,
+        )
+        subscriptions = self.subscriptions.set(record.subscription_id, subscription)
+        return replace(self, subscriptions=FrozenMap(sorted(subscriptions.items())))
+
+    def _replay_subscription_state(self, record: SubscriptionStateChange) -> MetadataImage:
+        current = self.subscriptions.get(record.subscription_id)
+        if current is None:
+            return self._ignore(record, "unknown subscription")
+        changed = replace(current, active=record.active, changed_ms=record.changed_ms)
+        return replace(self, subscriptions=self.subscriptions.set(record.subscription_id, changed))
+
+    def _replay_delete_subscription(self, record: DeleteSubscription) -> MetadataImage:
+        if record.subscription_id not in self.subscriptions:
+            return self._ignore(record, "unknown subscription")
+        return replace(self, subscriptions=self.subscriptions.remove(record.subscription_id))
+
     # -- serialization ------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -415,6 +488,7 @@ class MetadataImage:
                 {"name": name, "config": [[k, v] for k, v in pairs]}
                 for name, pairs in self.broker_configs.items()
             ],
+            "subscriptions": [s.to_dict() for s in self.subscriptions.values()],
         }
 
     @classmethod
@@ -430,6 +504,14 @@ class MetadataImage:
                 sorted(
                     (str(c["name"]), tuple((str(k), str(v)) for k, v in c["config"]))
                     for c in data["broker_configs"]
+                )
+            ),
+            subscriptions=FrozenMap(
+                sorted(
+                    (s.subscription_id, s)
+                    for s in (
+                        SubscriptionImage.from_dict(item) for item in data.get("subscriptions", ())
+                    )
                 )
             ),
         )
@@ -456,6 +538,9 @@ _REPLAYERS: dict[type[Any], Any] = {
     PartitionChange: MetadataImage._replay_partition_change,
     ConfigChange: MetadataImage._replay_config_change,
     AllocateProducerIds: MetadataImage._replay_allocate_producer_ids,
+    RegisterSubscription: MetadataImage._replay_register_subscription,
+    SubscriptionStateChange: MetadataImage._replay_subscription_state,
+    DeleteSubscription: MetadataImage._replay_delete_subscription,
 }
 
 MetadataImage.EMPTY = MetadataImage(version=0)

@@ -26,12 +26,15 @@ __all__ = [
     "ConfigChange",
     "CreatePartitions",
     "CreateTopic",
+    "DeleteSubscription",
     "DeleteTopic",
     "FenceBroker",
     "PartitionChange",
     "PartitionSpec",
     "Record",
     "RegisterBroker",
+    "RegisterSubscription",
+    "SubscriptionStateChange",
     "UnfenceBroker",
     "record_from_dict",
     "record_to_dict",
@@ -145,6 +148,34 @@ class AllocateProducerIds:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class RegisterSubscription:
+    """A push subscription: deliver every message of ``topics`` to ``address`` (an http(s)
+    webhook or a ws(s) WebSocket endpoint). It starts active. ``read_old``: start from the
+    oldest retained message instead of the end. Replaces nothing: an existing id is ignored."""
+
+    subscription_id: str
+    address: str
+    topics: tuple[str, ...]
+    read_old: bool
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionStateChange:
+    """Mark a subscription active (delivery runs) or inactive (delivery stopped, its offsets
+    kept) as of ``changed_ms`` (wall clock); ignored for an unknown id."""
+
+    subscription_id: str
+    active: bool
+    changed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSubscription:
+    subscription_id: str
+
+
 Record = (
     RegisterBroker
     | FenceBroker
@@ -155,6 +186,9 @@ Record = (
     | PartitionChange
     | ConfigChange
     | AllocateProducerIds
+    | RegisterSubscription
+    | SubscriptionStateChange
+    | DeleteSubscription
 )
 
 RECORD_TYPES: dict[str, type[Any]] = {
@@ -169,6 +203,9 @@ RECORD_TYPES: dict[str, type[Any]] = {
         PartitionChange,
         ConfigChange,
         AllocateProducerIds,
+        RegisterSubscription,
+        SubscriptionStateChange,
+        DeleteSubscription,
     )
 }
 
@@ -213,6 +250,16 @@ def _str(value: Any, where: str) -> str:
     if len(value) > MAX_STRING_LENGTH:
         raise InvalidRecordError(f"{where}: string longer than {MAX_STRING_LENGTH} characters")
     return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if type(value) is not bool:
+        raise InvalidRecordError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
+    return tuple(_str(item, f"{where}[{i}]") for i, item in enumerate(_list(value, where)))
 
 
 def _optional_str(value: Any, where: str) -> str | None:
@@ -306,6 +353,15 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
         "partition_epoch": _int,
     },
     "AllocateProducerIds": {"broker_id": _int, "first_producer_id": _int, "count": _int},
+    "RegisterSubscription": {
+        "subscription_id": _str,
+        "address": _str,
+        "topics": _str_tuple,
+        "read_old": _bool,
+        "created_ms": _int,
+    },
+    "SubscriptionStateChange": {"subscription_id": _str, "active": _bool, "changed_ms": _int},
+    "DeleteSubscription": {"subscription_id": _str},
     "ConfigChange": {
         "resource_type": _str,
         "resource_name": _str,

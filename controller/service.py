@@ -156,6 +156,12 @@ class ControllerService:
                 web.post("/controller/configs", self._json(self._alter_configs)),
                 web.post("/controller/producer-ids", self._json(self._allocate_producer_ids)),
                 web.get("/controller/status", self._status),
+                web.post("/controller/subscriptions", self._json(self._register_subscription)),
+                web.post(
+                    "/controller/subscriptions/{id}/state",
+                    self._json(self._set_subscription_state),
+                ),
+                web.delete("/controller/subscriptions/{id}", self._json(self._delete_subscription)),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None)
@@ -549,6 +555,56 @@ class ControllerService:
                 changes=changes,
                 validate_only=bool(body.get("validate_only", False)),
             )
+        )
+        return {**result.response, "version": image.version}
+
+    # -- push subscriptions -------------------------------------------------------------------
+
+    async def _register_subscription(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        topics = body.get("topics")
+        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+            raise _BadRequest("field 'topics' must be a list of topic names")
+        read_old = body.get("read_old", False)
+        if not isinstance(read_old, bool):
+            raise _BadRequest("field 'read_old' must be true or false")
+        subscription_id = _str_field(body, "subscription_id")
+        address = _str_field(body, "address")
+        now_ms = int(time.time() * 1000)
+        result, image = await self._write(
+            lambda image: handlers.register_subscription(
+                image,
+                subscription_id=subscription_id,
+                address=address,
+                topics=topics,
+                read_old=read_old,
+                now_ms=now_ms,
+            )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _set_subscription_state(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        active = body.get("active")
+        if not isinstance(active, bool):
+            raise _BadRequest("field 'active' must be true or false")
+        subscription_id = request.match_info["id"]
+        now_ms = int(time.time() * 1000)
+        result, image = await self._write(
+            lambda image: handlers.set_subscription_state(
+                image, subscription_id=subscription_id, active=active, now_ms=now_ms
+            )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _delete_subscription(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        subscription_id = request.match_info["id"]
+        result, image = await self._write(
+            lambda image: handlers.delete_subscription(image, subscription_id=subscription_id)
         )
         return {**result.response, "version": image.version}
 

@@ -84,6 +84,10 @@ TOPIC_CONFIG_KEYS: dict[str, Callable[[str], Any]] = {
     "cleanup.policy": _choice("delete"),
     "storage": _choice("disk", "memory"),
     "unclean.leader.election.enable": _choice("true", "false"),
+    # Memory topics (storage=memory): per-message TTL (-1 = none) and the bytes one partition
+    # may hold before produces are refused.
+    "message.ttl.ms": _long(-1),
+    "memory.bytes.max": _long(1024),
 }
 
 

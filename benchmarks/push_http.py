@@ -1,0 +1,283 @@
+"""Push delivery and HTTP publish figures of a local 3-node cluster (real processes).
+
+- ``publish``: HTTP publish throughput, ``POST /publish`` one message per request from
+  ``--concurrency`` clients, and ``POST /topics/<t>/messages`` with ``--batch`` messages per
+  request (acks=all, replication factor 3).
+- ``push.webhook`` / ``push.websocket``: a subscriber served by this process subscribes with
+  ``readOld=true`` to ``--messages`` stored messages and acknowledges each one; throughput is
+  messages delivered per second until the last one (3 partitions: one in-order stream each).
+  Then ``--latency-messages`` are published at ``--rate`` per second while subscribed; latency
+  is from the publish request's start to the delivery reaching the subscriber (p50/p99/max).
+
+Prints one JSON object.
+
+    python benchmarks/push_http.py [--messages 3000] [--latency-messages 200] [--rate 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from flux.cluster.launcher import NodeProcess, free_port, local_cluster_configs  # noqa: E402
+
+PARTITIONS = 3
+
+
+class _Subscriber:
+    """Webhook (``POST /poll``) and WebSocket (``/ws``) endpoints that acknowledge at once and
+    record when each message arrived."""
+
+    def __init__(self) -> None:
+        self.arrivals: dict[str, float] = {}
+        self.done = asyncio.Event()
+        self.expected = 0
+        self.port = free_port()
+        self._runner: web.AppRunner | None = None
+        self._sockets: set[web.WebSocketResponse] = set()
+
+    def _arrived(self, message: dict[str, Any]) -> None:
+        self.arrivals.setdefault(message["payload"], time.perf_counter())
+        if self.expected and len(self.arrivals) >= self.expected:
+            self.done.set()
+
+    async def _poll(self, request: web.Request) -> web.Response:
+        self._arrived(await request.json())
+        return web.Response(text="ok")
+
+    async def _ws(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        self._sockets.add(socket)
+        try:
+            async for frame in socket:
+                message = json.loads(frame.data)
+                self._arrived(message)
+                await socket.send_json({"ack": message["id"]})
+        finally:
+            self._sockets.discard(socket)
+        return socket
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.add_routes([web.post("/poll", self._poll), web.get("/ws", self._ws)])
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        # Open WebSockets (the brokers') would hold the runner's cleanup for its whole
+        # shutdown timeout: close them first.
+        for socket in list(self._sockets):
+            await socket.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def reset(self, expected: int) -> None:
+        self.arrivals = {}
+        self.expected = expected
+        self.done = asyncio.Event()
+
+
+def _phase(name: str) -> None:
+    """Progress on stderr (stdout carries only the JSON)."""
+    print(f"{time.strftime('%H:%M:%S')} {name}", file=sys.stderr, flush=True)
+
+
+def _base(node: NodeProcess) -> str:
+    return f"http://{node.ready['broker_http']}"
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: Any) -> Any:
+    async with session.post(url, json=body) as response:
+        answer = await response.json(content_type=None)
+        if response.status not in (200, 201):
+            raise RuntimeError(f"{url}: {response.status} {answer}")
+        return answer
+
+
+async def _create_topic(session: aiohttp.ClientSession, node: NodeProcess, name: str) -> None:
+    await _post(
+        session,
+        _base(node) + "/topics",
+        {"name": name, "partitions": PARTITIONS, "replication_factor": 3},
+    )
+
+
+async def _publish_throughput(
+    session: aiohttp.ClientSession, nodes: list[NodeProcess], count: int, concurrency: int
+) -> float:
+    await _create_topic(session, nodes[0], "bench-publish")
+    queue = list(range(count))
+
+    async def worker(worker_id: int) -> None:
+        base = _base(nodes[worker_id % len(nodes)])
+        while queue:
+            index = queue.pop()
+            await _post(
+                session,
+                base + "/publish",
+                {"id": f"p-{index}", "message": f"m-{index}", "topic": "bench-publish"},
+            )
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    return count / (time.perf_counter() - started)
+
+
+async def _batch_throughput(
+    session: aiohttp.ClientSession, nodes: list[NodeProcess], count: int, batch: int
+) -> float:
+    await _create_topic(session, nodes[0], "bench-batch")
+    requests = [
+        {"messages": [{"value": f"m-{i}-{j}"} for j in range(batch)]} for i in range(count // batch)
+    ]
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(
+            _post(session, _base(nodes[i % len(nodes)]) + "/topics/bench-batch/messages", body)
+            for i, body in enumerate(requests)
+        )
+    )
+    return len(requests) * batch / (time.perf_counter() - started)
+
+
+async def _push(
+    session: aiohttp.ClientSession,
+    nodes: list[NodeProcess],
+    subscriber: _Subscriber,
+    kind: str,
+    messages: int,
+    latency_messages: int,
+    rate: float,
+) -> dict[str, Any]:
+    topic = f"bench-push-{kind}"
+    await _create_topic(session, nodes[0], topic)
+    stored = [f"{kind}-{i}" for i in range(messages)]
+    for start in range(0, messages, 500):
+        await _post(
+            session,
+            _base(nodes[0]) + f"/topics/{topic}/messages",
+            {"messages": [{"value": value} for value in stored[start : start + 500]]},
+        )
+    address = (
+        f"ws://127.0.0.1:{subscriber.port}/ws"
+        if kind == "websocket"
+        else f"http://127.0.0.1:{subscriber.port}"
+    )
+    subscriber.reset(messages)
+    started = time.perf_counter()
+    await _post(
+        session,
+        _base(nodes[1]) + "/subscribe",
+        {"address": address, "topics": [topic], "readOld": True},
+    )
+    await asyncio.wait_for(subscriber.done.wait(), 600)
+    _phase(f"push {kind}: latency")
+    throughput = messages / (max(subscriber.arrivals.values()) - started)
+
+    subscriber.reset(messages + latency_messages)
+    subscriber.arrivals = dict.fromkeys(stored, 0.0)
+    sent: dict[str, float] = {}
+    for index in range(latency_messages):
+        value = f"{kind}-late-{index}"
+        sent[value] = time.perf_counter()
+        await _post(
+            session,
+            _base(nodes[index % len(nodes)]) + "/publish",
+            {"message": value, "topic": topic},
+        )
+        await asyncio.sleep(max(0.0, sent[value] + 1 / rate - time.perf_counter()))
+    await asyncio.wait_for(subscriber.done.wait(), 600)
+    latencies = sorted((subscriber.arrivals[v] - sent[v]) * 1000 for v in sent)
+    return {
+        "messages": messages,
+        "messages_per_s": round(throughput, 1),
+        "latency_ms": {
+            "p50": round(statistics.median(latencies), 2),
+            "p99": round(latencies[int(len(latencies) * 0.99) - 1], 2),
+            "max": round(latencies[-1], 2),
+            "messages": latency_messages,
+            "rate_per_s": rate,
+        },
+    }
+
+
+async def _run(nodes: list[NodeProcess], args: argparse.Namespace) -> dict[str, Any]:
+    subscriber = _Subscriber()
+    await subscriber.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            _phase("publish")
+            publish = await _publish_throughput(session, nodes, args.messages, args.concurrency)
+            _phase("batched publish")
+            batch = await _batch_throughput(session, nodes, args.messages * 5, args.batch)
+            push = {}
+            for kind in ("webhook", "websocket"):
+                _phase(f"push {kind}")
+                push[kind] = await _push(
+                    session,
+                    nodes,
+                    subscriber,
+                    kind,
+                    args.messages,
+                    args.latency_messages,
+                    args.rate,
+                )
+    finally:
+        await subscriber.stop()
+    return {
+        "cluster": {"nodes": len(nodes), "replication_factor": 3, "partitions": PARTITIONS},
+        "publish": {
+            "single_messages_per_s": round(publish, 1),
+            "concurrency": args.concurrency,
+            "batched_messages_per_s": round(batch, 1),
+            "batch": args.batch,
+        },
+        "push": push,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--latency-messages", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=100.0)
+    args = parser.parse_args()
+    _phase("starting the cluster")
+    with tempfile.TemporaryDirectory(prefix="flux-push-bench-") as directory:
+        nodes = local_cluster_configs(
+            Path(directory),
+            3,
+            extra={"node": {"log_level": "WARNING"}, "topic": {"partitions": PARTITIONS}},
+        )
+        try:
+            for node in nodes:
+                node.start()
+            for node in nodes:
+                node.wait_ready()
+            figures = asyncio.run(_run(nodes, args))
+        finally:
+            _phase("stopping the cluster")
+            for node in nodes:
+                node.stop(timeout_s=10.0)
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

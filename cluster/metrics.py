@@ -1,0 +1,189 @@
+"""The broker's Prometheus metrics (``GET /metrics``), on a registry of its own.
+
+Counters and histograms are updated where things happen (requests, push deliveries). Partition
+gauges are computed at scrape time from the replicas (``PartitionCollector``), so they never go
+stale: log end offset, high watermark, log start offset, ISR size, under-replicated and offline
+partitions, memory-topic bytes. Consumer lag is reported by the leader of each partition for
+every group (and push subscription, as group ``__flux_push.<id>``) that committed an offset on
+it: ``high watermark - committed offset``. The committed offsets are gathered from every broker
+just before the scrape (``set_committed``), because each group lives on its own coordinator.
+
+Thread-safety: one owner, the broker's event loop (prometheus-client's own locking makes
+concurrent scrapes safe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from flux.controller.image import MetadataImage
+from flux.storage import MemoryLog
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .partition import Partition
+
+__all__ = ["BrokerMetrics", "CONTENT_TYPE"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+# (group, topic, partition) -> committed offset
+Committed = dict[tuple[str, str, int], int]
+
+
+class BrokerMetrics:
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        partitions: Callable[[], Iterable[Partition]],
+        image: Callable[[], MetadataImage],
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.http_requests = Counter(
+            "flux_http_requests",
+            "HTTP API requests by route, method and status",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.http_latency = Histogram(
+            "flux_http_request_seconds",
+            "HTTP API request latency by route",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.kafka_requests = Counter(
+            "flux_kafka_requests",
+            "Kafka protocol requests by API",
+            ["api"],
+            registry=self.registry,
+        )
+        self.kafka_latency = Histogram(
+            "flux_kafka_request_seconds",
+            "Kafka protocol request latency by API",
+            ["api"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.push_deliveries = Counter(
+            "flux_push_deliveries",
+            "push deliveries acknowledged by the subscriber",
+            ["subscription", "topic"],
+            registry=self.registry,
+        )
+        self.push_retries = Counter(
+            "flux_push_retries",
+            "push delivery attempts that failed and were retried",
+            ["subscription", "topic"],
+            registry=self.registry,
+        )
+        self.push_failures = Counter(
+            "flux_push_failures",
+            "push deliveries that exhausted their retries (the subscription became inactive)",
+            ["subscription", "topic"],
+            registry=self.registry,
+        )
+        self.push_latency = Histogram(
+            "flux_push_delivery_seconds",
+            "time from sending a push to its acknowledgement",
+            ["kind"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.memory_cleanup_removed = Counter(
+            "flux_memory_cleanup_removed_messages",
+            "messages removed from memory topics by the cleanup task",
+            ["topic"],
+            registry=self.registry,
+        )
+        self._collector = PartitionCollector(broker_id, partitions, image)
+        self.registry.register(self._collector)
+
+    def set_committed(self, committed: Committed) -> None:
+        self._collector.committed = committed
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class PartitionCollector(Collector):
+    def __init__(
+        self,
+        broker_id: int,
+        partitions: Callable[[], Iterable[Partition]],
+        image: Callable[[], MetadataImage],
+    ) -> None:
+        self._broker_id = broker_id
+        self._partitions = partitions
+        self._image = image
+        self.committed: Committed = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["topic", "partition"]
+        end = GaugeMetricFamily("flux_partition_log_end_offset", "log end offset", labels=labels)
+        start = GaugeMetricFamily(
+            "flux_partition_log_start_offset", "log start offset", labels=labels
+        )
+        high = GaugeMetricFamily("flux_partition_high_watermark", "high watermark", labels=labels)
+        isr = GaugeMetricFamily("flux_partition_isr_size", "in-sync replicas", labels=labels)
+        replicas = GaugeMetricFamily("flux_partition_replicas", "replicas", labels=labels)
+        under = GaugeMetricFamily(
+            "flux_partition_under_replicated",
+            "1 if the ISR is smaller than the replicas",
+            labels=labels,
+        )
+        memory = GaugeMetricFamily(
+            "flux_memory_topic_bytes", "bytes held by a memory-topic replica", labels=labels
+        )
+        lag = GaugeMetricFamily(
+            "flux_consumer_lag",
+            "high watermark minus the group's committed offset (reported by the leader)",
+            labels=["group", "topic", "partition"],
+        )
+        leaders = 0
+        under_count = 0
+        led: dict[tuple[str, int], int] = {}
+        for partition in list(self._partitions()):
+            key = [partition.topic, str(partition.index)]
+            if isinstance(partition.log, MemoryLog):
+                memory.add_metric(key, partition.log.size_bytes)
+            if not partition.is_leader:
+                continue
+            leaders += 1
+            end.add_metric(key, partition.log_end_offset)
+            start.add_metric(key, partition.log.log_start_offset)
+            high.add_metric(key, partition.high_watermark)
+            isr.add_metric(key, len(partition.state.isr))
+            replicas.add_metric(key, len(partition.state.replicas))
+            is_under = len(partition.state.isr) < len(partition.state.replicas)
+            under_count += is_under
+            under.add_metric(key, 1 if is_under else 0)
+            led[(partition.topic, partition.index)] = partition.high_watermark
+        for (group, topic, index), offset in sorted(self.committed.items()):
+            high_watermark = led.get((topic, index))
+            if high_watermark is not None and offset >= 0:
+                lag.add_metric([group, topic, str(index)], max(high_watermark - offset, 0))
+        yield from (end, start, high, isr, replicas, under, memory, lag)
+        totals = GaugeMetricFamily(
+            "flux_broker_leader_partitions", "partitions this broker leads", value=leaders
+        )
+        yield totals
+        yield GaugeMetricFamily(
+            "flux_broker_under_replicated_partitions",
+            "partitions led here whose ISR is smaller than their replicas",
+            value=under_count,
+        )
+        offline = sum(
+            1
+            for topic in self._image().topics.values()
+            for state in topic.partitions
+            if state.leader < 0
+        )
+        yield GaugeMetricFamily(
+            "flux_cluster_offline_partitions",
+            "partitions without a leader (cluster-wide, from this broker's metadata)",
+            value=offline,
+        )

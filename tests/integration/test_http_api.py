@@ -1,0 +1,237 @@
+"""The HTTP API on a real 3-node cluster: original Flux publish, REST produce/read with
+forwarding, message-id deduplication, bad input, cluster/topic/group state, and /metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from flux.cluster.launcher import NodeProcess
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.helpers import wait_until
+from tests.integration.http_helpers import call, create_everywhere, metrics_text, running_cluster
+
+pytestmark = pytest.mark.integration
+
+
+_CLUSTERS: dict[int, list[NodeProcess]] = {}
+
+
+def _cluster_of(node: NodeProcess) -> list[NodeProcess]:
+    return _CLUSTERS[id(node)]
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
+    root = tmp_path_factory.mktemp("http-api")
+    with running_cluster(root, 3, broker={"auto_create_topics": False}) as processes:
+        for process in processes:
+            _CLUSTERS[id(process)] = processes
+        yield processes
+
+
+def _create(node: NodeProcess, name: str, partitions: int = 3, **configs: str) -> None:
+    create_everywhere(_cluster_of(node), name, partitions, **configs)
+
+
+def _read_all(node: NodeProcess, topic: str, partition: int) -> list[dict]:
+    status, answer = call(
+        node, "GET", f"/topics/{topic}/partitions/{partition}/messages?limit=10000"
+    )
+    assert status == 200, answer
+    return answer["messages"]
+
+
+def test_flux_publish_then_read_from_every_broker(nodes: list[NodeProcess]) -> None:
+    _create(nodes[0], "orders", partitions=3)
+    status, answer = call(
+        nodes[1], "POST", "/publish", {"id": "m-1", "message": "hello", "topic": "orders"}
+    )
+    assert status == 200, answer
+    assert answer["duplicate"] is False
+    partition, offset = answer["partition"], answer["offset"]
+    for node in nodes:  # any broker answers; a non-leader forwards to the leader
+        messages = _read_all(node, "orders", partition)
+        assert [(m["offset"], m["value"], m["id"]) for m in messages] == [(offset, "hello", "m-1")]
+    assert call(nodes[2], "GET", "/ping") == (200, {"pong": True})
+
+
+def test_http_id_is_stored_once(nodes: list[NodeProcess]) -> None:
+    _create(nodes[0], "dedup-http", partitions=2)
+    first = call(
+        nodes[0], "POST", "/publish", {"id": "same", "message": "one", "topic": "dedup-http"}
+    )
+    again = call(
+        nodes[1], "POST", "/publish", {"id": "same", "message": "two", "topic": "dedup-http"}
+    )
+    rest = call(
+        nodes[2],
+        "POST",
+        "/topics/dedup-http/messages",
+        {"messages": [{"value": "three", "id": "same"}]},
+    )
+    assert first[0] == again[0] == rest[0] == 200, (first, again, rest)
+    assert again[1]["duplicate"] is True and rest[1]["offsets"][0]["duplicate"] is True
+    assert again[1]["offset"] == first[1]["offset"] == rest[1]["offsets"][0]["offset"]
+    assert again[1]["partition"] == first[1]["partition"]
+    stored = [m for p in range(2) for m in _read_all(nodes[0], "dedup-http", p)]
+    assert [(m["id"], m["value"]) for m in stored] == [("same", "one")]
+
+
+def test_rest_produce_with_key_headers_and_offset_ranges(nodes: list[NodeProcess]) -> None:
+    _create(nodes[0], "events", partitions=3)
+    messages = [
+        {"key": "user-7", "value": f"v{i}", "headers": {"kind": "click"}} for i in range(20)
+    ]
+    status, answer = call(nodes[1], "POST", "/topics/events/messages", {"messages": messages})
+    assert status == 200, answer
+    partitions = {o["partition"] for o in answer["offsets"]}
+    assert len(partitions) == 1  # one key, one partition (Kafka's murmur2)
+    [partition] = partitions
+    assert [o["offset"] for o in answer["offsets"]] == list(range(20))
+    status, page = call(
+        nodes[2], "GET", f"/topics/events/partitions/{partition}/messages?offset=5&limit=4"
+    )
+    assert status == 200, page
+    assert [(m["offset"], m["value"], m["key"], m["headers"]) for m in page["messages"]] == [
+        (offset, f"v{offset}", "user-7", {"kind": "click"}) for offset in range(5, 9)
+    ]
+    assert page["next_offset"] == 9 and page["high_watermark"] == 20
+    status, answer = call(
+        nodes[0], "POST", "/topics/events/messages", {"value": "p2", "partition": 2}
+    )
+    assert status == 200 and answer["offsets"][0]["partition"] == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "field"),
+    [
+        ("/publish", {"id": "x", "message": "m", "topic": "no-such-topic"}, 404, "topic"),
+        ("/publish", {"id": "x", "message": "", "topic": "bad-input"}, 400, "message"),
+        ("/publish", {"id": "x", "topic": "bad-input"}, 400, "message"),
+        ("/publish", {"id": "x", "message": 5, "topic": "bad-input"}, 400, "message"),
+        ("/publish", {"id": "x", "message": "x" * 2_000_000, "topic": "bad-input"}, 413, "message"),
+        ("/publish", {"id": 7, "message": "m", "topic": "bad-input"}, 400, "id"),
+        ("/publish", {"message": "m", "topic": "bad name!"}, 400, "topic"),
+        ("/topics/bad-input/messages", {"messages": []}, 400, "messages"),
+        ("/topics/bad-input/messages", {"value": "m", "partition": 9}, 400, "partition"),
+        ("/topics/bad-input/messages", {"value": "m", "headers": {"h": 1}}, 400, "headers"),
+        ("/subscribe", {"address": "not a url", "topics": ["bad-input"]}, 400, "address"),
+        ("/subscribe", {"address": "ftp://x/y", "topics": ["bad-input"]}, 400, "address"),
+        ("/subscribe", {"address": "http://127.0.0.1:1", "topics": []}, 400, "topics"),
+        (
+            "/subscribe",
+            {"address": "http://127.0.0.1:1", "topics": ["bad-input"], "readOld": "yes"},
+            400,
+            "readOld",
+        ),
+        ("/subscribe", {"address": "http://127.0.0.1:1", "topics": ["nope"]}, 404, "topic"),
+        ("/unsubscribe", {"address": "http://127.0.0.1:1", "topics": ["bad-input"]}, 404, "topics"),
+        ("/topics", {"name": "t", "partitions": 0}, 400, "partitions"),
+    ],
+)
+def test_bad_input_names_the_field_and_stores_nothing(
+    nodes: list[NodeProcess], path: str, body: dict, status: int, field: str
+) -> None:
+    if call(nodes[0], "GET", "/topics/bad-input")[0] == 404:
+        _create(nodes[0], "bad-input", partitions=1)
+    answer = call(nodes[1], "POST", path, body)
+    assert answer[0] == status, answer
+    assert answer[1]["field"] == field, answer
+    assert _read_all(nodes[0], "bad-input", 0) == []
+    assert call(nodes[0], "GET", "/subscriptions")[1]["subscriptions"] == []
+    assert call(nodes[0], "GET", "/topics/no-such-topic")[0] == 404
+
+
+def test_malformed_json_is_refused(nodes: list[NodeProcess]) -> None:
+    for path in ("/publish", "/subscribe", "/topics/x/messages"):
+        status, answer = call(nodes[0], "POST", path, raw=b'{"topic": ')
+        assert status == 400 and answer["field"] == "body", (path, answer)
+    _create(nodes[0], "json-check", partitions=1)
+    status, answer = call(nodes[0], "GET", "/topics/json-check/partitions/0/messages?offset=-3")
+    assert status == 400 and answer["field"] == "offset"
+    status, answer = call(nodes[1], "GET", "/topics/json-check/partitions/0/messages?offset=7")
+    assert status == 416 and answer["field"] == "offset"
+
+
+def test_cluster_and_topic_state(nodes: list[NodeProcess]) -> None:
+    _create(nodes[0], "state", partitions=2)
+    status, cluster = call(nodes[2], "GET", "/cluster")
+    assert status == 200
+    assert sorted(b["id"] for b in cluster["brokers"]) == [1, 2, 3]
+    state = next(t for t in cluster["topics"] if t["name"] == "state")
+    assert [len(p["isr"]) for p in state["partitions"]] == [3, 3]
+    status, topics = call(nodes[1], "GET", "/topics")
+    assert "state" in {t["name"] for t in topics["topics"]}
+    assert call(nodes[0], "GET", "/health")[0] == 200
+
+
+def _samples(text: str, name: str) -> dict[tuple, float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                found[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def test_metrics_parse_and_lag_matches(nodes: list[NodeProcess]) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    _create(nodes[0], "lagged", partitions=2)
+    for partition, count in ((0, 30), (1, 12)):
+        status, _ = call(
+            nodes[0],
+            "POST",
+            "/topics/lagged/messages",
+            {"messages": [{"value": f"m{i}", "partition": partition} for i in range(count)]},
+        )
+        assert status == 200
+    bootstrap = ",".join(n.bootstrap_servers for n in nodes)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lag-check"})
+    try:
+        committed = consumer.commit(
+            offsets=[TopicPartition("lagged", 0, 10), TopicPartition("lagged", 1, 12)],
+            asynchronous=False,
+        )
+        assert all(tp.error is None for tp in committed)
+    finally:
+        consumer.close()
+    expected = {("lagged", "0"): 30 - 10, ("lagged", "1"): 0}
+
+    def lag_figures() -> dict | None:
+        figures = {}
+        for node in nodes:
+            for labels, value in _samples(metrics_text(node), "flux_consumer_lag").items():
+                labels = dict(labels)
+                if labels["group"] == "lag-check":
+                    figures[(labels["topic"], labels["partition"])] = value
+        return figures if figures == expected else None
+
+    assert wait_until(lag_figures, timeout_s=30) == expected
+    text = metrics_text(nodes[0])
+    families = {family.name for family in text_string_to_metric_families(text)}
+    for name in (
+        "flux_partition_high_watermark",
+        "flux_partition_log_end_offset",
+        "flux_partition_isr_size",
+        "flux_broker_under_replicated_partitions",
+        "flux_cluster_offline_partitions",
+        "flux_http_requests",
+        "flux_http_request_seconds",
+        "flux_kafka_requests",
+        "flux_push_deliveries",
+        "flux_memory_topic_bytes",
+    ):
+        assert name in families, name
+    high_watermarks = {}
+    for node in nodes:
+        for labels, value in _samples(metrics_text(node), "flux_partition_high_watermark").items():
+            labels = dict(labels)
+            if labels["topic"] == "lagged":
+                high_watermarks[labels["partition"]] = value
+    assert high_watermarks == {"0": 30, "1": 12}
+    status, group = call(nodes[1], "GET", "/groups/lag-check")
+    assert status == 200, group
+    assert {(o["partition"], o["lag"]) for o in group["offsets"]} == {(0, 20), (1, 0)}
