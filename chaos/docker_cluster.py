@@ -414,7 +414,7 @@ class DockerCluster:
     def network(self) -> Any:
         from docker.errors import NotFound
 
-        name = f"{self.project}_{NETWORK}"
+        name = self.network_name()
         try:
             return self.client.networks.get(name)
         except NotFound:
@@ -441,7 +441,7 @@ class DockerCluster:
             if pending and time.monotonic() > deadline:
                 raise DockerError(
                     f"nodes {pending} not healthy after {timeout_s:.0f} s (docker logs "
-                    f"{self.project}_flux{pending[0]}_1 tells why)"
+                    f"{self.container(pending[0]).name} tells why)"
                 )
             if pending:
                 time.sleep(0.5)
@@ -574,6 +574,8 @@ def _port_free(port: int) -> bool:
 
 
 def controller_status(http_address: str) -> dict[str, Any] | None:
+    """``GET /controller/status`` of a controller (None if it does not answer); used by both
+    cluster modes of fluxctl and by the chaos backends."""
     try:
         with urllib.request.urlopen(f"http://{http_address}/controller/status", timeout=2) as reply:
             answer = json.loads(reply.read())

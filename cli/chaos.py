@@ -18,13 +18,11 @@ and ``start_process_cluster``, which the pytest scenarios share.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 import click
 from flux.chaos import history as history_module
 from flux.chaos.checker import check
-from flux.chaos.docker_cluster import DockerError
+from flux.chaos.docker_cluster import DockerError, controller_status
 from flux.chaos.nemesis import NemesisUnsupportedError, format_schedule
 from flux.chaos.report import format_report
 from flux.chaos.runner import docker_backend_factory, run_scenario
@@ -95,7 +93,8 @@ class ProcessCluster:
         for node, process in sorted(self._processes.items()):
             if not process.is_running() or node in self._paused:
                 continue
-            status = _controller_status(process.ready.get("controller_http"))
+            address = process.ready.get("controller_http")
+            status = controller_status(address) if address else None
             if status and status.get("active"):
                 return node
         return None
@@ -147,17 +146,6 @@ class ProcessCluster:
         if pid is None or not self._processes[node].is_running():
             raise RuntimeError(f"node {node} is not running")
         os.kill(pid, signum)
-
-
-def _controller_status(address: str | None) -> dict[str, Any] | None:
-    if not address:
-        return None
-    try:
-        with urllib.request.urlopen(f"http://{address}/controller/status", timeout=2) as reply:
-            answer = json.loads(reply.read())
-    except (OSError, ValueError):
-        return None
-    return answer if isinstance(answer, dict) else None
 
 
 @contextlib.contextmanager

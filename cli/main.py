@@ -17,12 +17,12 @@ import os
 import signal
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
+from flux.chaos.docker_cluster import controller_status
 from flux.cluster.config import ConfigError, load_config
 from flux.cluster.launcher import NodeProcess, NodeStartError, local_cluster_configs
 
@@ -421,7 +421,7 @@ def _status(state: dict[str, Any]) -> dict[str, Any]:
     nodes = []
     for entry in state["nodes"]:
         running = _alive(entry)
-        controller = _controller_status(entry["http"]) if running and entry.get("http") else None
+        controller = controller_status(entry["http"]) if running and entry.get("http") else None
         nodes.append(
             {
                 **entry,
@@ -435,15 +435,6 @@ def _status(state: dict[str, Any]) -> dict[str, Any]:
         "bootstrap_servers": ",".join(n["kafka"] for n in nodes if n["running"] and n["kafka"]),
         "nodes": nodes,
     }
-
-
-def _controller_status(http_address: str) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://{http_address}/controller/status", timeout=2) as reply:
-            answer = json.loads(reply.read())
-    except (OSError, ValueError):
-        return None
-    return answer if isinstance(answer, dict) else None
 
 
 def _print_status(status: dict[str, Any], as_json: bool) -> None:

@@ -58,7 +58,6 @@ class Node:
         self.config = config
         self.controller: ControllerService | None = None
         self.replicas: ReplicaManager | None = None
-        self.kafka: KafkaServer | None = None  # the primary listener
         self.kafka_servers: list[KafkaServer] = []
         self.lifecycle: BrokerLifecycle | None = None
         self.isr: IsrManager | None = None
@@ -86,7 +85,6 @@ class Node:
             ready["controller_http"] = f"{config.controller.host}:{self.controller.http_port}"
         if "broker" in config.node.roles:
             await self._start_broker()
-            assert self.kafka is not None
             assert self.lifecycle is not None
             name, host, port = self.lifecycle.listeners[0]
             ready["host"] = host
@@ -190,7 +188,6 @@ class Node:
             )
             await server.start()
             self.kafka_servers.append(server)
-        self.kafka = self.kafka_servers[0]
         self.lifecycle.listeners = [
             (listener.name, listener.advertised_host, listener.advertised_port or server.port)
             for listener, server in zip(config.listeners, self.kafka_servers, strict=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flux.chaos.docker_cluster import free_base_port
 
 docker = pytest.importorskip("docker")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -58,25 +58,6 @@ def fluxctl(*args: str, check: bool = True, **env: str) -> subprocess.CompletedP
     if check and done.returncode != 0:
         raise AssertionError(f"fluxctl {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     return done
-
-
-def _free_base_port() -> int:
-    """A base port B with B..B+2, B+101..B+105 and B+200..B+202 free on loopback."""
-    for _ in range(200):
-        base = random.randrange(20000, 40000)
-        ports = [base + n for n in (0, 1, 2, 101, 103, 105, 200, 201, 202)]
-        if all(_port_free(port) for port in ports):
-            return base
-    raise RuntimeError("no free port range found")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class Cluster:
@@ -122,7 +103,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     except docker.errors.ImageNotFound:
         had_image = False
     data_dir = tmp_path_factory.mktemp("docker-cluster")
-    cluster = Cluster(data_dir, f"fluxtest{uuid.uuid4().hex[:8]}", _free_base_port())
+    cluster = Cluster(data_dir, f"fluxtest{uuid.uuid4().hex[:8]}", free_base_port())
     try:
         done = fluxctl(
             "cluster", "up", "--json", "--base-port", str(cluster.base_port), *cluster.args(),
@@ -446,7 +427,7 @@ def test_docker_daemon_down_is_one_line_and_non_zero(tmp_path: Path) -> None:
 
 def test_port_in_use_is_named(tmp_path: Path) -> None:
     _engine()
-    base = _free_base_port()
+    base = free_base_port()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", base + 1))
         taken.listen()
