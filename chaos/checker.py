@@ -102,6 +102,10 @@ class Availability:
     longest_produce_gap_s: float
     longest_produce_gap_at_s: float
     error_rates: dict[str, dict[str, float]]
+    #: One entry per whole-cluster crash: when it happened (``crash_at_s``), when a majority
+    #: of the nodes had been started again (``majority_back_at_s``), and the seconds from each
+    #: of the two to the first acknowledged send after it (None: no send was acknowledged).
+    crash_recoveries: list[dict[str, float | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,4 +476,39 @@ def _availability(facts: _Facts) -> Availability:
         }
         for f, outcomes in sorted(totals.items())
     }
-    return Availability(round(gap, 3), round(gap_at - run_start, 3), rates)
+    return Availability(
+        round(gap, 3), round(gap_at - run_start, 3), rates, _crash_recoveries(facts, run_start)
+    )
+
+
+def _crash_recoveries(facts: _Facts, run_start: float) -> list[dict[str, float | None]]:
+    acked_times = sorted(c.time for _, c in facts.send_pairs if c is not None and c.type == "ok")
+    recoveries: list[dict[str, float | None]] = []
+    crashed = 0
+    started = 0
+    entry: dict[str, float | None] | None = None
+    for invocation, completion in pairs(facts.ops):
+        if invocation.process != NEMESIS_PROCESS or completion is None or completion.type != "ok":
+            continue
+        value = completion.value if isinstance(completion.value, dict) else {}
+        if invocation.f == "crash":
+            crashed, started = len(value.get("nodes", [])), 0
+            entry = {"crash_at_s": round(completion.time - run_start, 3)}
+            recoveries.append(entry)
+        elif entry is not None and invocation.f in ("start", "recover"):
+            started = started + 1 if invocation.f == "start" else crashed
+            if "majority_back_at_s" not in entry and started > crashed // 2:
+                # A recover is timed from its start: it waits for full ISRs before it ends.
+                back = completion.time if invocation.f == "start" else invocation.time
+                entry["majority_back_at_s"] = round(back - run_start, 3)
+            if invocation.f == "recover":
+                entry = None
+    for entry in recoveries:
+        crash_at = float(entry["crash_at_s"] or 0.0) + run_start
+        back = entry.get("majority_back_at_s")
+        first = next((t for t in acked_times if t > crash_at), None)
+        entry["unavailable_s"] = None if first is None else round(first - crash_at, 3)
+        entry["available_after_majority_s"] = (
+            None if first is None or back is None else round(first - (back + run_start), 3)
+        )
+    return recoveries

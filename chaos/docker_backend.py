@@ -92,10 +92,13 @@ class DockerControl:
         self._cluster.resume(node)
         self._paused.discard(node)
 
-    def restart(self, node: int) -> dict[str, Any]:
+    def restart(self, node: int, *, wait: bool = True) -> dict[str, Any]:
         self._paused.discard(node)
-        self._cluster.restart(node, NODE_TIMEOUT_S)
+        self._cluster.restart(node, NODE_TIMEOUT_S if wait else None)
         return {}
+
+    def wait_ready(self, node: int) -> None:
+        self._cluster.wait_healthy([node], NODE_TIMEOUT_S)
 
     def data_dir(self, node: int) -> Path:
         volume = self._cluster.client.volumes.get(f"{self._cluster.project}_flux{node}-data")

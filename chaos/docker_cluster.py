@@ -348,8 +348,9 @@ class DockerCluster:
             container.kill()
             _wait(lambda: self._status_of(container) == "exited", 30, f"node {node_id} to stop")
 
-    def restart(self, node_id: int, timeout_s: float = 120.0) -> None:
-        """Start the node again (stopping it first if it runs), with its volume; wait healthy."""
+    def restart(self, node_id: int, timeout_s: float | None = 120.0) -> None:
+        """Start the node again (stopping it first if it runs), with its volume; wait healthy
+        (``timeout_s=None``: do not wait, e.g. while its quorum is down)."""
         container = self.container(node_id)
         container.reload()
         if container.status == "paused":
@@ -358,7 +359,8 @@ class DockerCluster:
             container.restart(timeout=20)
         else:
             container.start()
-        self.wait_healthy([node_id], timeout_s)
+        if timeout_s is not None:
+            self.wait_healthy([node_id], timeout_s)
 
     def pause(self, node_id: int) -> None:
         """Freeze every process of the node (cgroup freezer, like SIGSTOP)."""

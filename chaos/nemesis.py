@@ -16,7 +16,9 @@ Two halves, as in Jepsen's ``nemesis.clj`` / ``generator.clj``:
 Faults are one at a time by design: each fault step is followed by a ``recover`` step that
 restarts killed nodes, resumes paused ones and heals partitions before the next fault, so a
 3-node cluster with ``min.insync.replicas=2`` stays available between faults and the run
-measures failover, not a cluster kept down.
+measures failover, not a cluster kept down. The exception is ``crash``: every node SIGKILLed at
+once (a power cut), after which ``start`` steps bring nodes back one by one, without waiting
+for them to be ready (alone, a node waits for its quorum), and ``recover`` starts the rest.
 
 Thread-safety: a ``Nemesis`` runs on one thread (the runner's nemesis thread); it only appends
 to the thread-safe ``History``.
@@ -53,7 +55,17 @@ __all__ = [
 
 NEMESIS_PROCESS = "nemesis"
 #: Fault operations a step may name, and the recovery step that undoes them all.
-FAULTS = ("kill", "pause", "restart", "corrupt", "truncate", "partition", "recover")
+FAULTS = (
+    "kill",
+    "pause",
+    "restart",
+    "corrupt",
+    "truncate",
+    "partition",
+    "crash",
+    "start",
+    "recover",
+)
 TARGETS = ("leader", "follower", "controller", "coordinator", "any")
 #: Kafka's internal topic of group offsets, whose ISRs the recovery also waits for.
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -124,10 +136,16 @@ class ClusterControl(Protocol):
         """SIGCONT after ``pause``."""
         ...
 
-    def restart(self, node: int) -> dict[str, Any] | None:
-        """Stop the node gracefully if it runs, start it with its data, wait until ready.
-        May return details for the history (e.g. ``{"graceful": False}``: the stop timed out
-        and the node was killed)."""
+    def restart(self, node: int, *, wait: bool = True) -> dict[str, Any] | None:
+        """Stop the node gracefully if it runs, start it with its data and (``wait``) wait
+        until it is ready. May return details for the history (e.g. ``{"graceful": False}``:
+        the stop timed out and the node was killed). Without ``wait`` it returns once the
+        node runs: a node whose quorum is down is not ready until enough others return."""
+        ...
+
+    def wait_ready(self, node: int) -> None:
+        """Wait until a started node is ready (registered and serving); raise if it died or
+        did not get there in time."""
         ...
 
     def data_dir(self, node: int) -> Path:
@@ -198,6 +216,7 @@ class Nemesis:
         self._rng = random.Random(f"{seed}-targets")
         self._log = log
         self._down: set[int] = set()
+        self._starting: set[int] = set()
         self._paused: set[int] = set()
         self._partitioned = False
 
@@ -238,6 +257,10 @@ class Nemesis:
     def _apply(self, step: Step) -> dict[str, Any]:
         if step.f == "recover":
             return self._recover()
+        if step.f == "crash":
+            return self._crash()
+        if step.f == "start":
+            return self._start(step.target)
         node = self._resolve(step.target or "any")
         if node is None:
             raise RuntimeError(f"no node to {step.f} as {step.target} right now")
@@ -272,9 +295,14 @@ class Nemesis:
             self.control.resume(node)
         self._paused.clear()
         restarted = sorted(self._down)
+        # Start every down node before waiting for any: after a crash, none is ready until a
+        # majority of the controllers runs.
         for node in restarted:
-            self.control.restart(node)
+            self.control.restart(node, wait=False)
+        for node in sorted(set(restarted) | self._starting):
+            self.control.wait_ready(node)
             self._down.discard(node)
+        self._starting.clear()
         started = time.monotonic()
         topics = [self.topic] + ([OFFSETS_TOPIC] if self.group is not None else [])
         full = wait_full_isr(self.control.bootstrap_servers(), topics)
@@ -285,6 +313,28 @@ class Nemesis:
             "full_isr": full,
             "isr_wait_s": round(time.monotonic() - started, 2),
         }
+
+    def _crash(self) -> dict[str, Any]:
+        """SIGKILL every node that runs (paused ones too): a power cut or host reboot."""
+        crashed = []
+        for node in self.control.nodes():
+            if self.control.is_running(node):
+                self.control.kill(node)
+                crashed.append(node)
+            self._down.add(node)
+        self._paused.clear()
+        self._starting.clear()
+        return {"nodes": crashed}
+
+    def _start(self, target: str | None) -> dict[str, Any]:
+        """Start one crashed node without waiting for it (``recover`` waits)."""
+        node = _node_target(target or "")
+        if node is None or node not in self._down:
+            raise RuntimeError(f"{target} is not a crashed node")
+        self.control.restart(node, wait=False)
+        self._down.discard(node)
+        self._starting.add(node)
+        return {"node": node}
 
     def _damage_tails(self, node: int, how: str) -> list[dict[str, Any]]:
         """Flip one byte near the end of (``corrupt``) or cut the end off (``truncate``) the
@@ -329,7 +379,10 @@ class Nemesis:
         return [
             node
             for node in self.control.nodes()
-            if node not in self._down and node not in self._paused and self.control.is_running(node)
+            if node not in self._down
+            and node not in self._paused
+            and node not in self._starting
+            and self.control.is_running(node)
         ]
 
     def _resolve(self, target: str) -> int | None:

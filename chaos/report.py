@@ -60,6 +60,12 @@ def format_report(result: CheckResult, **context: Any) -> str:
     )
     for f, rates in availability.error_rates.items():
         lines.append(f"  {f}: fail {rates['fail']:.2%}, info (unknown) {rates['info']:.2%}")
+    for crash in availability.crash_recoveries:
+        lines.append(
+            f"  whole-cluster crash at +{crash['crash_at_s']:.1f} s: first acknowledged send "
+            f"{_seconds(crash.get('unavailable_s'))} after the crash, "
+            f"{_seconds(crash.get('available_after_majority_s'))} after a majority was back"
+        )
     if not result.anomalies:
         lines.append("anomalies: none")
     for name, anomaly in result.anomalies.items():
@@ -69,6 +75,10 @@ def format_report(result: CheckResult, **context: Any) -> str:
         lines.append(f"note (legal) {name}: {note.count}")
         lines.extend(f"    {json.dumps(example)}" for example in note.examples[:3])
     return "\n".join(lines)
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.2f} s"
 
 
 def write_report(

@@ -24,6 +24,11 @@ HOLD_S = (2.0, 4.0)
 GAP_S = (2.0, 4.0)
 #: The first fault comes after this many seconds of undisturbed load.
 WARM_UP_S = 2.0
+#: After a whole-cluster crash: seconds between nodes coming back one at a time, and how long
+#: a returned majority serves before the last node returns.
+RETURN_GAP_S = (3.0, 6.0)
+#: How the nodes return after a crash, chosen per crash.
+RETURNS = ("all", "majority", "one-at-a-time")
 
 Generator = Callable[[random.Random, float, int, bool], list[Step]]
 
@@ -79,6 +84,29 @@ def _rolling_restart(
         steps.append(Step(round(at_s, 2), "restart", f"node-{node % nodes + 1}"))
         steps.append(Step(round(at_s, 2), "recover"))
         node += 1
+        at_s += rng.uniform(*GAP_S)
+    return steps
+
+
+def _whole_cluster_crash(
+    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+) -> list[Step]:
+    """Every node SIGKILLed at once, then back in a random order: all together, a majority
+    first (the rest after a gap), or one at a time with gaps (a lone node waits for its
+    quorum). ``recover`` brings back whoever is still down and waits for full ISRs."""
+    steps = []
+    at_s = WARM_UP_S
+    while at_s < duration_s:
+        steps.append(Step(round(at_s, 2), "crash"))
+        at_s += rng.uniform(*HOLD_S)
+        order = rng.sample(range(1, nodes + 1), nodes)
+        how = rng.choice(RETURNS)
+        first = {"all": 0, "majority": nodes // 2 + 1, "one-at-a-time": nodes - 1}[how]
+        for index, node in enumerate(order[:first]):
+            steps.append(Step(round(at_s, 2), "start", f"node-{node}"))
+            if how == "one-at-a-time" or index == first - 1:
+                at_s += rng.uniform(*RETURN_GAP_S)
+        steps.append(Step(round(at_s, 2), "recover"))
         at_s += rng.uniform(*GAP_S)
     return steps
 
@@ -142,6 +170,13 @@ SCENARIOS: dict[str, Scenario] = {
             "corrupt-tail",
             "SIGKILL a node, flip a byte in or cut the tail of its newest segments, restart it",
             _corrupt_tail,
+            _LOG,
+        ),
+        Scenario(
+            "whole-cluster-crash",
+            "SIGKILL every node at once; bring them back all together, a majority first, or "
+            "one at a time with gaps",
+            _whole_cluster_crash,
             _LOG,
         ),
         Scenario(

@@ -111,17 +111,21 @@ class ProcessCluster:
         self._signal(node, signal.SIGCONT)
         self._paused.discard(node)
 
-    def restart(self, node: int) -> dict[str, Any]:
+    def restart(self, node: int, *, wait: bool = True) -> dict[str, Any]:
         """SIGTERM, SIGKILL if the node has not exited after ``GRACEFUL_STOP_TIMEOUT_S``
-        (reported as ``"graceful": False``), start, wait until ready."""
+        (reported as ``"graceful": False``), start, and with ``wait`` wait until ready."""
         process = self._processes[node]
         if node in self._paused:
             self.resume(node)
         was_running = process.is_running()
         returncode = process.stop(timeout_s=GRACEFUL_STOP_TIMEOUT_S)
         process.start(env={"FLUX_BROKER__KAFKA_PORT": str(self._kafka_ports[node])})
-        process.wait_ready(NODE_TIMEOUT_S)
+        if wait:
+            process.wait_ready(NODE_TIMEOUT_S)
         return {"graceful": returncode == 0} if was_running else {}
+
+    def wait_ready(self, node: int) -> None:
+        self._processes[node].wait_ready(NODE_TIMEOUT_S)
 
     def data_dir(self, node: int) -> Path:
         return self._processes[node].data_dir

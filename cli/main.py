@@ -12,6 +12,7 @@ fluxctl chaos run SCENARIO [--seed N] [--docker]  fault injection checked for an
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -24,14 +25,17 @@ from typing import Any
 import click
 from flux.chaos.docker_cluster import controller_status
 from flux.cluster.config import ConfigError, load_config
+from flux.cluster.launcher import STATE_FILE as NODE_STATE_FILE
 from flux.cluster.launcher import NodeProcess, NodeStartError, local_cluster_configs
 
 __all__ = ["main"]
 
 DEFAULT_CLUSTER_DIR = ".flux/cluster"
 STATE_FILE = "cluster.json"
+STATE_LOCK_FILE = "cluster.lock"
 DEFAULT_KAFKA_PORT = 9092
 CONTROLLER_PORT_OFFSET = 100
+BROKER_HTTP_PORT_OFFSET = 200
 DEFAULT_DOCKER_PROJECT = "flux"
 
 
@@ -140,7 +144,8 @@ _project_option = click.option(
     default=DEFAULT_KAFKA_PORT,
     show_default=True,
     type=click.IntRange(0, 65000),
-    help="Kafka port of node 1 (node N: +N-1); controller ports start at +100; 0 picks free ports",
+    help="Kafka port of node 1 (node N: +N-1); controller ports start at +100, broker HTTP "
+    "ports at +200; 0 picks free ports (written into the node configs: kept on restart)",
 )
 @click.option("--timeout", default=60.0, show_default=True, help="seconds to wait for readiness")
 @_json_option
@@ -191,6 +196,13 @@ def cluster_up(
         return
     root = Path(cluster_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
+    with _state_lock(root):
+        _cluster_up_locked(root, nodes, base_port, timeout, as_json)
+
+
+def _cluster_up_locked(
+    root: Path, nodes: int, base_port: int, timeout: float, as_json: bool
+) -> None:
     state = _load_state(root)
     if state and any(_alive(entry) for entry in state["nodes"]):
         _print_status(_status(state), as_json)
@@ -206,6 +218,7 @@ def cluster_up(
             nodes,
             kafka_base_port=base_port,
             controller_base_port=base_port + CONTROLLER_PORT_OFFSET if base_port else 0,
+            http_base_port=base_port + BROKER_HTTP_PORT_OFFSET if base_port else 0,
         )
     for process in processes:
         process.start()
@@ -217,7 +230,7 @@ def cluster_up(
             process.stop()
         raise click.ClickException(str(error)) from None
     state = {"dir": str(root), "nodes": [_entry(process) for process in processes]}
-    (root / STATE_FILE).write_text(json.dumps(state, indent=2))
+    _save_state(root, state)
     _print_status(_status(state), as_json)
 
 
@@ -261,15 +274,19 @@ def cluster_down(cluster_dir: str, docker: bool, project: str, volumes: bool) ->
     if volumes:
         raise click.UsageError("--volumes is for --docker (local data lives in --data-dir)")
     root = Path(cluster_dir).resolve()
-    state = _load_state(root)
-    if not state:
+    if not (root / STATE_FILE).exists():
         click.echo("no cluster is running", err=True)
         return
-    for entry in state["nodes"]:
-        _terminate(entry)
-    for entry in state["nodes"]:
-        entry["pid"] = None
-    (root / STATE_FILE).write_text(json.dumps(state, indent=2))
+    with _state_lock(root):
+        state = _load_state(root)
+        if not state:
+            click.echo("no cluster is running", err=True)
+            return
+        for entry in state["nodes"]:
+            _terminate(entry)
+        for entry in state["nodes"]:
+            entry["pid"] = None
+        _save_state(root, state)
     click.echo(json.dumps({"stopped": [entry["id"] for entry in state["nodes"]]}))
 
 
@@ -311,18 +328,29 @@ def cluster_restart(
             _print_status(cluster.status(), as_json)
         return
     root = Path(cluster_dir).resolve()
-    state = _require_state(root)
-    entry = _find(state, node_id)
+    entry = _find(_require_state(root), node_id)
     _terminate(entry)
     process = _process(node_id, root / f"node-{node_id}")
     process.start()
     try:
-        process.wait_ready(timeout)
+        # Ready, or up and waiting for its quorum (most controllers are down): either way the
+        # node now runs and joins the cluster as soon as it can.
+        started = process.wait_started(timeout)
     except NodeStartError as error:
         raise click.ClickException(str(error)) from None
-    entry.update(_entry(process))
-    (root / STATE_FILE).write_text(json.dumps(state, indent=2))
+    # Only this node's entry changes, under the lock, on the state as it is now: a restart of
+    # another node running at the same time keeps its own update.
+    with _state_lock(root):
+        state = _require_state(root)
+        _find(state, node_id).update(_entry(process))
+        _save_state(root, state)
     _print_status(_status(state), as_json)
+    if started.get("state") != "ready":
+        click.echo(
+            f"node {node_id} is up and {started.get('state')}; it joins the cluster once a "
+            "majority of the controllers is up",
+            err=True,
+        )
 
 
 @cluster.command("partition")
@@ -404,7 +432,8 @@ def _process(node_id: int, node_dir: Path) -> NodeProcess:
 
 
 def _entry(process: NodeProcess) -> dict[str, Any]:
-    ready = process.ready
+    # A node still waiting for its quorum reports its ports in its state file.
+    ready = process.ready or process.read_state() or {}
     return {
         "id": process.node_id,
         "pid": process.pid,
@@ -422,11 +451,13 @@ def _status(state: dict[str, Any]) -> dict[str, Any]:
     for entry in state["nodes"]:
         running = _alive(entry)
         controller = controller_status(entry["http"]) if running and entry.get("http") else None
+        node_state = _node_state(entry) if running else None
         nodes.append(
             {
                 **entry,
                 "running": running,
                 "healthy": running and (Path(entry["data_dir"]) / "ready.json").exists(),
+                "state": node_state or ("starting" if running else "down"),
                 "active_controller": bool(controller and controller.get("active")),
                 "metadata_version": controller.get("version") if controller else None,
             }
@@ -454,7 +485,7 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
             node["kafka"] or "-",
             node["http"] or "-",
             ",".join(node["roles"]),
-            "healthy" if node["healthy"] else ("starting" if node["running"] else "down"),
+            "healthy" if node["healthy"] else node["state"],
             "active" if node["active_controller"] else "standby",
         )
     console = Console()
@@ -462,6 +493,38 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
         console = Console(width=160)  # piped output: whole headers, no wrapping at 80 columns
     console.print(table)
     console.print(f"bootstrap servers: {status['bootstrap_servers'] or '(none running)'}")
+
+
+def _node_state(entry: dict[str, Any]) -> str | None:
+    """What a running node says it is doing (``node-state.json``), if it is this process."""
+    try:
+        document = json.loads((Path(entry["data_dir"]) / NODE_STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("pid") != entry.get("pid"):
+        return None
+    state = document.get("state")
+    return str(state) if state else None
+
+
+@contextlib.contextmanager
+def _state_lock(root: Path) -> Iterator[None]:
+    """Serialize the read-modify-write of the cluster state file between fluxctl commands
+    (two restarts at once used to overwrite each other's update)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / STATE_LOCK_FILE, "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _save_state(root: Path, state: dict[str, Any]) -> None:
+    """Replace the state file atomically: a reader never sees half of it."""
+    temporary = root / f".{STATE_FILE}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps(state, indent=2))
+    os.replace(temporary, root / STATE_FILE)
 
 
 def _load_state(root: Path) -> dict[str, Any] | None:

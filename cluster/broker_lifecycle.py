@@ -1,7 +1,10 @@
 """A broker's membership in the cluster: registration, heartbeats, and following metadata.
 
 On start the broker registers a fresh incarnation id with the active controller (it starts
-fenced), then runs two tasks:
+fenced). While no controller is active (its quorum is down: a whole-cluster crash, nodes
+restarted one at a time) it waits, retrying with capped backoff for as long as it takes;
+``state`` says why (``waiting for quorum: 1 of 3 controllers reachable``), is logged once in
+a while and reported by ``/health`` and ``fluxctl cluster status``. Then it runs two tasks:
 
 - heartbeats every ``broker.heartbeat_interval_ms`` carrying the metadata version it has
   applied; the controller unfences it once that version has caught up, and fences it when
@@ -12,13 +15,22 @@ fenced), then runs two tasks:
 ``ready`` is set once an applied image shows this broker registered and unfenced. If the
 controller answers that another incarnation of this broker id registered later, this process
 is the stale one: it stops heartbeating and stays fenced (the newer registration wins).
+
+The registration carries the log directory's id (``log-dir.json``, made when the data
+directory is first used), so the controller can tell a restart with intact logs from one with
+a replaced or wiped disk (``flux.controller.election``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from flux.controller.image import MetadataImage
@@ -33,8 +45,38 @@ __all__ = ["BrokerLifecycle"]
 log = logging.getLogger("flux.cluster.lifecycle")
 
 METADATA_WAIT_MS = 5000
-REGISTER_TIMEOUT_S = 30.0
+#: One registration attempt; the controller may hold it for a session timeout (see
+#: ControllerService._wait_sessions_confirmed).
+REGISTER_ATTEMPT_TIMEOUT_S = 15.0
 RETRY_PAUSE_S = 0.2
+#: Backoff between registration attempts while no controller is active.
+REGISTER_BACKOFF_MAX_S = 5.0
+#: How often a broker waiting for its quorum says so in its log.
+WAITING_LOG_INTERVAL_S = 15.0
+LOG_DIR_FILE = "log-dir.json"
+
+
+def log_dir_id(data_dir: Path) -> str:
+    """The id of ``data_dir`` (Kafka's ``directory.id``): read, or made on first use."""
+    path = data_dir / LOG_DIR_FILE
+    try:
+        document = json.loads(path.read_text())
+        if isinstance(document, dict) and isinstance(document.get("directory_id"), str):
+            return str(document["directory_id"])
+        log.warning("%s has no directory id: making a new one", path)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as error:
+        log.warning("cannot read %s (%s): making a new directory id", path, error)
+    directory_id = uuid.uuid4().hex
+    data_dir.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    with open(temporary, "w") as file:
+        json.dump({"directory_id": directory_id}, file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    return directory_id
 
 
 class BrokerLifecycle:
@@ -57,6 +99,9 @@ class BrokerLifecycle:
         self.http_port = http_port  # set by the node once its HTTP server is bound
         self.broker_id = config.node.id
         self.incarnation_id = uuid.uuid4().hex
+        self.log_dir_id = log_dir_id(config.data_dir)
+        self.state = "starting"
+        self.on_state: Callable[[str], None] | None = None
         self.ready = asyncio.Event()
         self.stale = False
         self.controller_id: int | None = None  # the active controller, as last reported
@@ -65,8 +110,9 @@ class BrokerLifecycle:
         replicas.add_image_listener(self._on_image)
 
     async def start(self) -> None:
+        """Register (waiting for the quorum as long as it takes), then follow metadata."""
         assert self.listeners, "bind the Kafka listeners before registering"
-        await self._register()
+        await self._register_until_done()
         self._tasks = [
             asyncio.create_task(self._follow_metadata()),
             asyncio.create_task(self._heartbeat_forever()),
@@ -76,6 +122,35 @@ class BrokerLifecycle:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        if self.on_state is not None:
+            self.on_state(state)
+
+    async def _waiting_state(self) -> str:
+        reachable, total, active = await self._client.quorum_view()
+        if active is not None:
+            return f"registering with controller {active}"
+        return f"waiting for quorum: {reachable} of {total} controllers reachable"
+
+    async def _register_until_done(self) -> None:
+        backoff_s = RETRY_PAUSE_S
+        last_logged = float("-inf")
+        self._set_state("registering")
+        while True:
+            try:
+                await self._register()
+                return
+            except ControllerUnavailableError as error:
+                self._set_state(await self._waiting_state())
+                if time.monotonic() - last_logged >= WAITING_LOG_INTERVAL_S:
+                    last_logged = time.monotonic()
+                    log.warning("broker %d %s (%s)", self.broker_id, self.state, error)
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, REGISTER_BACKOFF_MAX_S)
 
     async def _register(self) -> None:
         broker = self._config.broker
@@ -92,15 +167,18 @@ class BrokerLifecycle:
                 "http_port": self.http_port,
                 "rack": broker.rack or None,
                 "listeners": [list(listener) for listener in self.listeners],
+                "log_dir_id": self.log_dir_id,
             },
-            timeout_s=REGISTER_TIMEOUT_S,
+            timeout_s=REGISTER_ATTEMPT_TIMEOUT_S,
         )
         if answer.get("error_code", 0) != 0:
             raise RuntimeError(f"registration refused: {answer.get('error_message')}")
         log.info("registered broker %d as incarnation %s", self.broker_id, self.incarnation_id)
+        self._set_state("catching up with metadata")
 
     async def _heartbeat_forever(self) -> None:
         interval_s = self._config.broker.heartbeat_interval_ms / 1000
+        last_logged = float("-inf")
         while not self.stale:
             try:
                 answer = await self._client.write(
@@ -115,14 +193,19 @@ class BrokerLifecycle:
                 )
                 await self._on_heartbeat_answer(answer)
             except ControllerUnavailableError as error:
-                log.warning("heartbeat not delivered: %s", error)
+                # The quorum may be down for minutes: say so once in a while, not every beat.
+                if time.monotonic() - last_logged >= WAITING_LOG_INTERVAL_S:
+                    last_logged = time.monotonic()
+                    log.warning("heartbeat not delivered: %s", error)
+            else:
+                last_logged = float("-inf")
             await asyncio.sleep(interval_s)
 
     async def _on_heartbeat_answer(self, answer: dict[str, Any]) -> None:
         code = answer.get("error_code", 0)
         if code == ErrorCode.BROKER_ID_NOT_REGISTERED:
             log.warning("controller does not know this broker: registering again")
-            await self._register()
+            await self._register_until_done()
         elif code == ErrorCode.STALE_BROKER_EPOCH:
             log.error(
                 "another process registered broker id %d after this one: staying fenced",
@@ -162,6 +245,7 @@ class BrokerLifecycle:
             and not registration.fenced
         ):
             self.ready.set()
+            self._set_state("ready")
 
     def _on_image(self, image: MetadataImage) -> None:
         self._image_applied.set()

@@ -87,6 +87,28 @@ class ControllerClient:
             await asyncio.sleep(min(backoff, max(deadline - time.monotonic(), 0)))
             backoff = min(backoff * 2, MAX_BACKOFF_S)
 
+    async def quorum_view(self, timeout_s: float = 1.0) -> tuple[int, int, int | None]:
+        """``(controllers answering, controllers configured, active controller id or None)``,
+        asked of every controller at once (for "waiting for quorum" reports)."""
+        answers = await asyncio.gather(
+            *(
+                self._request("GET", address, "/controller/status", None, timeout_s)
+                for address in self._addresses
+            ),
+            return_exceptions=True,
+        )
+        reachable = 0
+        active = None
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                continue
+            status, body = answer
+            if status == 200:
+                reachable += 1
+                if body.get("active"):
+                    active = body.get("node_id")
+        return reachable, len(self._addresses), active
+
     async def read_metadata(self, version: int, *, wait_ms: int) -> dict[str, Any] | None:
         """Long-poll any controller for an image newer than ``version``; None if none answered."""
         for offset in range(len(self._addresses)):

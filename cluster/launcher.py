@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,15 +24,20 @@ from typing import Any
 
 __all__ = [
     "READY_FILE",
+    "STATE_FILE",
     "NodeProcess",
     "NodeStartError",
     "free_port",
+    "port_window",
     "local_cluster_configs",
     "write_node_config",
 ]
 
 # Written by a node once it listens (see flux.cluster.node); read here to learn its ports.
 READY_FILE = "ready.json"
+# Kept up to date by a running node: its pid, bound ports and what it is doing.
+STATE_FILE = "node-state.json"
+WAITING_FOR_QUORUM = "waiting for quorum"
 
 _POLL_INTERVAL_S = 0.02
 
@@ -39,11 +46,70 @@ class NodeStartError(RuntimeError):
     """A node exited or did not become ready in time; the message quotes its log tail."""
 
 
+#: Ports handed out by ``free_port`` lie below this when the kernel's ephemeral range cannot
+#: be read (Linux's default range starts at 32768).
+_EPHEMERAL_START_DEFAULT = 32768
+_LOWEST_PICKED_PORT = 10000
+_PICK_ATTEMPTS = 500
+#: ``lo-hi``: the ports ``free_port`` may hand out in this process and its children (the test
+#: suite gives each pytest-xdist worker its own window, so parallel workers never collide).
+PORT_WINDOW_ENV = "FLUX_PORT_WINDOW"
+
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
+def _ephemeral_start() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _EPHEMERAL_START_DEFAULT
+    return low if low > _LOWEST_PICKED_PORT + 1000 else _EPHEMERAL_START_DEFAULT
+
+
+def port_window(slot: int | None = None, slots: int = 1) -> tuple[int, int]:
+    """The ports ``free_port`` picks from: below the ephemeral range, split into ``slots``
+    equal windows of which this is number ``slot`` (``FLUX_PORT_WINDOW`` overrides)."""
+    configured = os.environ.get(PORT_WINDOW_ENV)
+    if configured and slot is None:
+        low, _, high = configured.partition("-")
+        return int(low), int(high)
+    low, high = _LOWEST_PICKED_PORT, _ephemeral_start() - 1
+    if slot is None:
+        return low, high
+    size = (high - low + 1) // slots
+    start = low + (slot % slots) * size
+    return start, start + size - 1
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the OS's choice for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    """A port nothing listens on right now, chosen below the kernel's ephemeral range and
+    never handed out twice by this process.
+
+    Ports picked here are written into node configs and reused when a node restarts, so they
+    must not be ones the kernel hands out to other sockets in the meantime (an outgoing
+    connection's local port, another process binding port 0): those all come from the
+    ephemeral range. Random within ``port_window()``."""
+    rng = random.SystemRandom()
+    low, high = port_window()
+    for _ in range(_PICK_ATTEMPTS):
+        port = rng.randint(low, high)
+        with _handed_out_lock:
+            if port in _handed_out:
+                continue
+            if len(_handed_out) > (high - low) // 2:
+                _handed_out.clear()  # a long-lived process wraps around its window
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        with _handed_out_lock:
+            if port in _handed_out:
+                continue
+            _handed_out.add(port)
+        return port
+    raise OSError(f"no free port found in {low}-{high} after {_PICK_ATTEMPTS} attempts")
 
 
 def local_cluster_configs(
@@ -53,6 +119,7 @@ def local_cluster_configs(
     host: str = "127.0.0.1",
     kafka_base_port: int = 0,
     controller_base_port: int = 0,
+    http_base_port: int = 0,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
     controller_ids: Sequence[int] | None = None,
     broker_ids: Sequence[int] | None = None,
@@ -60,9 +127,11 @@ def local_cluster_configs(
     """Write the configs of a local cluster of ``nodes`` combined (controller + broker) nodes
     under ``root/node-<id>/`` and return their (not yet started) processes.
 
-    Ports: Kafka ``kafka_base_port + id - 1`` (0: any free port, reported in ready.json);
-    controller Raft and HTTP ports ``controller_base_port + 2 * (id - 1)`` and ``+ 1`` (0: free
-    ports picked now, since every voter must know the others' addresses in advance). One
+    Ports: Kafka ``kafka_base_port + id - 1``; broker HTTP ``http_base_port + id - 1``;
+    controller Raft and HTTP ports ``controller_base_port + 2 * (id - 1)`` and ``+ 1``. With a base port of 0, free ports are
+    picked now (``free_port``) and written into the configs, like the broker HTTP port: every
+    voter must know the others' addresses in advance, and a restarted node must listen where
+    clients' bootstrap lists point. One
     random shared secret protects the Raft transport. By default every node has both roles;
     ``controller_ids`` / ``broker_ids`` give the roles separately (e.g. one controller-only
     node and three broker-only nodes).
@@ -91,6 +160,7 @@ def local_cluster_configs(
         ]
         node_dir = root / f"node-{node_id}"
         node_dir.mkdir(parents=True, exist_ok=True)
+        kafka_port = kafka_base_port + node_id - 1 if kafka_base_port else free_port(host)
         sections: dict[str, dict[str, Any]] = {
             "node": {
                 "id": node_id,
@@ -99,7 +169,8 @@ def local_cluster_configs(
             },
             "broker": {
                 "host": host,
-                "kafka_port": kafka_base_port + node_id - 1 if kafka_base_port else 0,
+                "kafka_port": kafka_port,
+                "http_port": http_base_port + node_id - 1 if http_base_port else free_port(host),
             },
             "controller": {
                 "host": host,
@@ -158,6 +229,41 @@ class NodeProcess:
     @property
     def ready_path(self) -> Path:
         return self.data_dir / READY_FILE
+
+    def read_state(self) -> dict[str, Any] | None:
+        """The node's ``node-state.json`` if this process wrote it (else None)."""
+        try:
+            state = json.loads((self.data_dir / STATE_FILE).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        if not isinstance(state, dict):
+            return None
+        if self.process is not None and state.get("pid") != self.process.pid:
+            return None
+        return state
+
+    def wait_started(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Block until the node is ready or up and waiting for its quorum (a node restarted
+        while most controllers are down); its state. Raise NodeStartError if it died."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise NodeStartError(
+                    f"node {self.node_id} exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
+            state = self.read_state()
+            if state is not None and (
+                state.get("state") == "ready"
+                or str(state.get("state")).startswith(WAITING_FOR_QUORUM)
+            ):
+                if state.get("state") == "ready":
+                    self.wait_ready(max(deadline - time.monotonic(), 1.0))
+                return state
+            time.sleep(_POLL_INTERVAL_S)
+        raise NodeStartError(
+            f"node {self.node_id} neither ready nor waiting for its quorum after {timeout_s} s:\n"
+            f"{self.log_tail()}"
+        )
 
     @property
     def bootstrap_servers(self) -> str:

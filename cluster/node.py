@@ -9,6 +9,11 @@ Once serving, the node writes ``<data_dir>/ready.json`` with its id, pid, roles 
 (ports may be 0 in the config, meaning "any free port"). A broker is ready when it is
 registered and unfenced in the metadata it follows; a controller-only node when its quorum
 has a leader. ``fluxctl cluster`` and the tests wait for this file, never for a sleep.
+
+Until then the node waits as long as it takes (a node restarted while its quorum is down
+stays up and joins when enough controllers are back) and keeps ``<data_dir>/node-state.json``
+up to date: its pid, bound ports and what it is doing (``waiting for quorum: 1 of 3
+controllers reachable``), which ``fluxctl cluster status`` shows.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from .http_server import BrokerHttpServer
 from .isr import IsrManager
 from .kafka_apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka_server import KafkaServer
-from .launcher import READY_FILE
+from .launcher import READY_FILE, STATE_FILE
 from .memory_topics import MemoryTopicCleaner
 from .metrics import BrokerMetrics
 from .offsets_client import OffsetsClient
@@ -48,7 +53,8 @@ __all__ = ["Node", "run_node"]
 
 log = logging.getLogger("flux.cluster.node")
 
-READY_TIMEOUT_S = 60.0
+#: How often a controller-only node waiting for its quorum re-checks and reports it.
+QUORUM_CHECK_INTERVAL_S = 1.0
 
 
 class Node:
@@ -68,6 +74,11 @@ class Node:
         self.push: PushManager | None = None
         self.memory_cleaner: MemoryTopicCleaner | None = None
         self._controller_client: ControllerClient | None = None
+        self._ready: dict[str, Any] = {}
+
+    def _write_state(self, state: str) -> None:
+        """Record what the node is doing (for fluxctl cluster status)."""
+        _write_json_atomically(self.config.data_dir / STATE_FILE, {**self._ready, "state": state})
 
     async def start(self) -> None:
         config = self.config
@@ -79,6 +90,8 @@ class Node:
             "pid": os.getpid(),
             "roles": list(config.node.roles),
         }
+        self._ready = ready
+        self._write_state("starting")
         if "controller" in config.node.roles:
             await self._start_controller()
             assert self.controller is not None
@@ -97,6 +110,7 @@ class Node:
             ready["broker_http"] = f"{host}:{self.http.port}"
         else:
             await self._wait_for_quorum_leader()
+        self._write_state("ready")
         _write_json_atomically(ready_path, ready)
         log.info("node %d ready: %s", config.node.id, ready)
 
@@ -118,6 +132,7 @@ class Node:
                 preferred_leader_election_delay_ms=controller.preferred_leader_election_delay_ms,
                 default_partitions=config.topic.partitions,
                 default_replication_factor=config.topic.replication_factor,
+                default_min_insync_replicas=config.topic.min_insync_replicas,
                 election_timeout_ms=(
                     controller.election_timeout_min_ms,
                     controller.election_timeout_max_ms,
@@ -192,6 +207,20 @@ class Node:
             (listener.name, listener.advertised_host, listener.advertised_port or server.port)
             for listener, server in zip(config.listeners, self.kafka_servers, strict=True)
         ]
+        # The bound ports are known from here on: report them while waiting for the quorum.
+        _name, host, port = self.lifecycle.listeners[0]
+        self._ready.update(
+            host=host,
+            kafka_port=port,
+            bootstrap_servers=f"{host}:{port}",
+            broker_http=f"{host}:{self.http.port}",
+            kafka_ports={
+                listener.name: server.port
+                for listener, server in zip(config.listeners, self.kafka_servers, strict=True)
+            },
+            http_port=self.http.port,
+        )
+        self.lifecycle.on_state = self._write_state
         # Fetchers listen to images from the first one on, so they exist before following starts.
         self.fetchers = ReplicaFetcherManager(
             replicas, broker_id=config.node.id, incarnation_id=self.lifecycle.incarnation_id
@@ -222,7 +251,8 @@ class Node:
             interval_ms=config.message.cleanup_interval_ms,
         )
         self.memory_cleaner.start()
-        await asyncio.wait_for(self.lifecycle.ready.wait(), READY_TIMEOUT_S)
+        # As long as it takes: the quorum may be down until other nodes return.
+        await self.lifecycle.ready.wait()
 
     def _health(self) -> dict[str, Any]:
         lifecycle = self.lifecycle
@@ -231,19 +261,28 @@ class Node:
             "healthy": registered,
             "node_id": self.config.node.id,
             "metadata_version": self.replicas.image.version if self.replicas else 0,
+            "state": lifecycle.state if lifecycle is not None else "starting",
         }
 
     async def _wait_for_quorum_leader(self) -> None:
+        """A controller-only node is ready once its quorum has a leader: however long that
+        takes (it says so in its state file and, once in a while, its log)."""
         assert self.controller is not None
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + READY_TIMEOUT_S
+        started = loop.time()
+        next_report = started + QUORUM_CHECK_INTERVAL_S
         while self.controller.leader_id() is None:
-            if loop.time() > deadline:
-                raise TimeoutError("the controller quorum elected no leader")
+            if loop.time() >= next_report:
+                state = "waiting for quorum: no active controller"
+                self._write_state(state)
+                if int(loop.time() - started) % 15 == 0:
+                    log.warning("controller %d is %s", self.config.node.id, state)
+                next_report = loop.time() + QUORUM_CHECK_INTERVAL_S
             await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
         (self.config.data_dir / READY_FILE).unlink(missing_ok=True)
+        (self.config.data_dir / STATE_FILE).unlink(missing_ok=True)
         if self.push is not None:
             await self.push.stop()
         if self.memory_cleaner is not None:

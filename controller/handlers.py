@@ -23,11 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flux.controller.election import (
+    departure_changes,
     fence_broker,
-    fencing_changes,
-    first_live_replica,
+    fence_brokers,
+    first_alive_replica,
     leader_change,
+    min_insync_replicas,
     preferred_leader_imbalance,
+    settled_change,
     unfence_broker,
 )
 from flux.controller.errors import InvalidReplicationFactorError
@@ -71,6 +74,7 @@ __all__ = [
     "delete_topic",
     "elect_leaders",
     "fence_broker",
+    "fence_brokers",
     "preferred_leader_imbalance",
     "register_broker",
     "register_subscription",
@@ -128,6 +132,7 @@ def _state_fields(state: PartitionState) -> dict[str, Any]:
         "isr": list(state.isr),
         "partition_epoch": state.partition_epoch,
         "replicas": list(state.replicas),
+        "elr": list(state.elr),
     }
 
 
@@ -188,10 +193,14 @@ def register_broker(
     http_port: int,
     rack: str | None,
     listeners: Sequence[tuple[str, str, int]] = (),
+    log_dir_id: str = "",
+    default_min_isr: int = 1,
 ) -> ControllerResult:
-    """Register a broker process. The newest incarnation wins: an older, unfenced one is fenced
-    (its leaderships move as for ``fence_broker``). Re-sending the registration of the current
-    incarnation with the same endpoints is an idempotent no-op."""
+    """Register a broker process. The newest incarnation wins: an older, unfenced one departs
+    (its leaderships move as for ``fence_broker``; it stays eligible where the election rules
+    say so). A registration with a log directory id other than the registered one means the
+    broker's data is gone: it leaves every ISR and ELR. Re-sending the registration of the
+    current incarnation with the same endpoints is an idempotent no-op."""
     try:
         _validate_registration(
             broker_id,
@@ -204,6 +213,8 @@ def register_broker(
             rack,
         )
         listeners = _validate_listener_names(listeners)
+        if not isinstance(log_dir_id, str) or len(log_dir_id) > MAX_INCARNATION_ID_LENGTH:
+            raise _Rejected(ErrorCode.INVALID_REQUEST, f"log dir id {log_dir_id!r} is not valid")
     except _Rejected as rejected:
         return _error(rejected.error_code, rejected.message, broker_id=broker_id)
     record = RegisterBroker(
@@ -215,6 +226,7 @@ def register_broker(
         http_port=http_port,
         rack=rack,
         listeners=listeners,
+        log_dir_id=log_dir_id,
     )
     current = image.brokers.get(broker_id)
     fields: dict[str, Any] = {"broker_id": broker_id, "incarnation_id": incarnation_id}
@@ -226,20 +238,36 @@ def register_broker(
             current.http_port,
             current.rack,
             current.listeners,
-        ) == (kafka_host, kafka_port, http_host, http_port, rack, listeners)
+            current.log_dir_id,
+        ) == (kafka_host, kafka_port, http_host, http_port, rack, listeners, log_dir_id)
         if same:
             return _ok(**fields, fenced=current.fenced)
     records: list[Record] = [record]
-    if current is not None and not current.fenced:
-        records.extend(fencing_changes(image, broker_id))
+    if current is not None:
+        log_lost = bool(current.log_dir_id) and current.log_dir_id != log_dir_id
+        records.extend(
+            departure_changes(
+                image,
+                () if current.fenced or log_lost else (broker_id,),
+                lost=(broker_id,) if log_lost else (),
+                default_min_isr=default_min_isr,
+            )
+        )
     return _ok(records, **fields, fenced=True)
 
 
 def broker_heartbeat(
-    image: MetadataImage, *, broker_id: int, incarnation_id: str, want_fence: bool = False
+    image: MetadataImage,
+    *,
+    broker_id: int,
+    incarnation_id: str,
+    want_fence: bool = False,
+    default_min_isr: int = 1,
 ) -> ControllerResult:
     """A heartbeat from a registered broker. A fenced broker that does not want to be fenced is
-    unfenced; an unfenced broker asking to be fenced (controlled shutdown) is fenced."""
+    unfenced; an unfenced broker asking to be fenced (controlled shutdown) is fenced; an
+    unfenced broker the active controller hears from for the first time becomes alive. The
+    last two may elect it leader of offline partitions (``election.unfence_broker``)."""
     fields: dict[str, Any] = {"broker_id": broker_id, "incarnation_id": incarnation_id}
     current = image.brokers.get(broker_id)
     if current is None:
@@ -257,10 +285,16 @@ def broker_heartbeat(
             **fields,
             fenced=True,
         )
-    if current.fenced and not want_fence:
-        return _ok(unfence_broker(image, broker_id), **fields, fenced=False)
     if not current.fenced and want_fence:
-        return _ok(fence_broker(image, broker_id), **fields, fenced=True)
+        return _ok(
+            fence_broker(image, broker_id, default_min_isr=default_min_isr), **fields, fenced=True
+        )
+    if not want_fence and (current.fenced or not current.alive):
+        return _ok(
+            unfence_broker(image, broker_id, default_min_isr=default_min_isr),
+            **fields,
+            fenced=False,
+        )
     return _ok(**fields, fenced=current.fenced)
 
 
@@ -360,7 +394,10 @@ def _validate_replica_list(
 
 def _initial_spec(image: MetadataImage, replicas: tuple[int, ...]) -> PartitionSpec:
     live = tuple(r for r in replicas if image.is_live(r))
-    return PartitionSpec(replicas=replicas, isr=live, leader=live[0] if live else -1)
+    # Lead on an alive replica where there is one (a live one the active controller has not
+    # heard from yet may have died with the previous controller).
+    leader = next((r for r in live if image.is_alive(r)), live[0] if live else -1)
+    return PartitionSpec(replicas=replicas, isr=live, leader=leader)
 
 
 def _placed(
@@ -642,6 +679,7 @@ def alter_partition(
     leader_epoch: int,
     partition_epoch: int,
     isr: Sequence[int],
+    default_min_isr: int = 1,
 ) -> ControllerResult:
     """The partition leader proposes a new ISR (Kafka's AlterPartition). The response carries
     the partition state after the change (or the current state when rejected)."""
@@ -663,13 +701,22 @@ def alter_partition(
         return _error(rejected.error_code, rejected.message, **fields, **extra)
     if new_isr == state.isr:
         return _ok(**fields, **_state_fields(state))
-    change = leader_change(topic, partition, state, leader=state.leader, isr=new_isr)
+    # Replicas leaving the ISR stay eligible while the partition cannot acknowledge acks=all
+    # writes without them (KIP-966); joining the ISR takes a replica out of the ELR.
+    min_isr = min_insync_replicas(topic, default_min_isr)
+    leaving = [r for r in state.isr if r not in new_isr]
+    elr = set(state.elr) | (set(leaving) if len(new_isr) < min_isr else set())
+    change = settled_change(
+        topic, partition, state, leader=state.leader, isr=new_isr, elr=elr, min_isr=min_isr
+    )
+    assert change is not None, "an ISR change is a change"
     new_state = PartitionState(
         replicas=state.replicas,
-        isr=new_isr,
-        leader=state.leader,
-        leader_epoch=state.leader_epoch,
+        isr=change.isr,
+        leader=change.leader,
+        leader_epoch=change.leader_epoch,
         partition_epoch=change.partition_epoch,
+        elr=change.elr,
     )
     return _ok([change], **fields, **_state_fields(new_state))
 
@@ -685,35 +732,55 @@ ELECTION_TYPES = ("preferred", "unclean")
 
 
 def _elect_one(
-    image: MetadataImage, topic: TopicImage, partition: int, election_type: str
+    image: MetadataImage,
+    topic: TopicImage,
+    partition: int,
+    election_type: str,
+    default_min_isr: int,
 ) -> PartitionChange:
     state = topic.partitions[partition]
+    min_isr = min_insync_replicas(topic, default_min_isr)
     if election_type == "preferred":
         preferred = state.preferred_leader
         if state.leader == preferred:
             raise _Rejected(
                 ErrorCode.ELECTION_NOT_NEEDED, f"broker {preferred} is already the leader"
             )
-        if preferred not in state.isr or not image.is_live(preferred):
+        if preferred not in state.isr or not image.is_alive(preferred):
             raise _Rejected(
                 ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
-                f"preferred replica {preferred} is not live and in the ISR {list(state.isr)}",
+                f"preferred replica {preferred} is not alive and in the ISR {list(state.isr)}",
             )
-        return leader_change(topic, partition, state, leader=preferred, isr=state.isr)
+        return leader_change(
+            topic, partition, state, leader=preferred, isr=state.isr, min_isr=min_isr
+        )
     if state.leader != -1:
         raise _Rejected(
             ErrorCode.ELECTION_NOT_NEEDED, f"the partition has a leader ({state.leader})"
         )
-    clean = first_live_replica(image, state, among=state.isr, exclude=-1)
+    clean = first_alive_replica(image, state, among=state.isr)
     if clean is not None:
-        return leader_change(topic, partition, state, leader=clean, isr=state.isr)
-    unclean = first_live_replica(image, state, among=None, exclude=-1)
+        return leader_change(topic, partition, state, leader=clean, isr=state.isr, min_isr=min_isr)
+    eligible = first_alive_replica(image, state, among=state.elr)
+    if eligible is not None:
+        return leader_change(
+            topic,
+            partition,
+            state,
+            leader=eligible,
+            isr=(eligible,),
+            elr=set(state.elr) | set(state.isr),
+            min_isr=min_isr,
+        )
+    unclean = first_alive_replica(image, state, among=None)
     if unclean is None:
         raise _Rejected(
             ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
-            f"none of the replicas {list(state.replicas)} is live",
+            f"none of the replicas {list(state.replicas)} is alive",
         )
-    return leader_change(topic, partition, state, leader=unclean, isr=(unclean,))
+    return leader_change(
+        topic, partition, state, leader=unclean, isr=(unclean,), elr=(), min_isr=min_isr
+    )
 
 
 def elect_leaders(
@@ -721,10 +788,11 @@ def elect_leaders(
     *,
     partitions: Sequence[tuple[str, int]] | None,
     election_type: str = "preferred",
+    default_min_isr: int = 1,
 ) -> ControllerResult:
     """Kafka's ElectLeaders: ``"preferred"`` moves leadership to the preferred replica where it
-    is live and in the ISR; ``"unclean"`` gives offline partitions a leader (a live ISR member
-    if any, else the first live replica, with ISR = [it]). ``partitions=None`` means all.
+    is alive and in the ISR; ``"unclean"`` gives offline partitions a leader (an alive ISR
+    member if any, else an alive ELR member, else the first alive replica, with ISR = [it]). ``partitions=None`` means all.
     Per-partition outcomes are in ``response["partitions"]``."""
     if election_type not in ELECTION_TYPES:
         return _error(
@@ -746,7 +814,7 @@ def elect_leaders(
                 raise _Rejected(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {name}-{index}"
                 )
-            change = _elect_one(image, topic, index, election_type)
+            change = _elect_one(image, topic, index, election_type, default_min_isr)
         except _Rejected as rejected:
             if partitions is None and rejected.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 # Electing "all" reports only the partitions it changed (Kafka does the same).

@@ -11,19 +11,21 @@ They pickle (pysyncobj snapshots the state machine with pickle) and convert to a
 JSON-able dict exactly.
 
 Invariants kept by ``replay`` (checked by tests): a partition's leader is ``-1`` or a member
-of its ISR, the ISR is a subset of the replicas, and its epochs never decrease.
+of its ISR, the ISR and the ELR are disjoint subsets of the replicas, and its epochs never
+decrease.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar
 
 from flux.controller.records import (
     AllocateProducerIds,
     ConfigChange,
+    ControllerActivated,
     CreatePartitions,
     CreateTopic,
     DeleteSubscription,
@@ -112,8 +114,26 @@ class FrozenMap(Mapping[K, V]):
         return FrozenMap(data)
 
 
+def _setstate_with_defaults(instance: Any, state: Sequence[Any]) -> None:
+    """Unpickle a frozen slotted dataclass whose pickle predates its trailing fields: those get
+    their defaults (so a controller upgraded in place reads its old Raft snapshot)."""
+    for index, item in enumerate(fields(instance)):
+        if index < len(state):
+            value = state[index]
+        elif item.default_factory is not MISSING:
+            value = item.default_factory()
+        else:
+            value = item.default
+        object.__setattr__(instance, item.name, value)
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
+    """One broker incarnation. ``fenced``: it may not lead or serve. ``alive``: the active
+    controller has heard from this incarnation since it took over (a registration or a
+    heartbeat); only alive, unfenced brokers are elected leaders. ``log_dir_id``: see
+    ``RegisterBroker``."""
+
     broker_id: int
     incarnation_id: str
     kafka_host: str
@@ -123,6 +143,11 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     listeners: tuple[tuple[str, str, int], ...] = ()
+    alive: bool = True
+    log_dir_id: str = ""
+
+    def __setstate__(self, state: Sequence[Any]) -> None:
+        _setstate_with_defaults(self, state)
 
     def endpoint(self, listener: str | None) -> tuple[str, int]:
         """The advertised ``(host, port)`` of ``listener``; the primary listener for None or a
@@ -143,6 +168,8 @@ class BrokerRegistration:
             "rack": self.rack,
             "fenced": self.fenced,
             "listeners": [list(endpoint) for endpoint in self.listeners],
+            "alive": self.alive,
+            "log_dir_id": self.log_dir_id,
         }
 
     @classmethod
@@ -159,18 +186,28 @@ class BrokerRegistration:
             listeners=tuple(
                 (str(name), str(host), int(port)) for name, host, port in data.get("listeners", ())
             ),
+            alive=bool(data.get("alive", True)),
+            log_dir_id=str(data.get("log_dir_id", "")),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """Leader and ISR of one partition. ``leader == -1`` means the partition is offline."""
+    """Leader, ISR and ELR of one partition. ``leader == -1`` means the partition is offline.
+
+    ``elr``: eligible leader replicas (Kafka's KIP-966): replicas outside the ISR that hold
+    every acknowledged record, so they may lead when no ISR member is alive (the rules are in
+    ``election.py``)."""
 
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     leader: int
     leader_epoch: int
     partition_epoch: int
+    elr: tuple[int, ...] = ()
+
+    def __setstate__(self, state: Sequence[Any]) -> None:
+        _setstate_with_defaults(self, state)
 
     @property
     def preferred_leader(self) -> int:
@@ -187,6 +224,7 @@ class PartitionState:
             "leader": self.leader,
             "leader_epoch": self.leader_epoch,
             "partition_epoch": self.partition_epoch,
+            "elr": list(self.elr),
         }
 
     @classmethod
@@ -197,6 +235,7 @@ class PartitionState:
             leader=int(data["leader"]),
             leader_epoch=int(data["leader_epoch"]),
             partition_epoch=int(data["partition_epoch"]),
+            elr=tuple(int(r) for r in data.get("elr", ())),
         )
 
 
@@ -323,8 +362,20 @@ class MetadataImage:
         return sorted(b.broker_id for b in self.brokers.values() if not b.fenced)
 
     def is_live(self, broker_id: int) -> bool:
+        """Registered and unfenced: it serves clients (what brokers and clients go by)."""
         registration = self.brokers.get(broker_id)
         return registration is not None and not registration.fenced
+
+    def is_alive(self, broker_id: int) -> bool:
+        """Live, and heard from by the active controller since it took over: what elections go
+        by (a broker that died with the previous controller is live until its session ends,
+        but never alive)."""
+        registration = self.brokers.get(broker_id)
+        return registration is not None and not registration.fenced and registration.alive
+
+    def unconfirmed_broker_ids(self) -> list[int]:
+        """Live brokers the active controller has not heard from yet (sorted)."""
+        return sorted(b.broker_id for b in self.brokers.values() if not b.fenced and not b.alive)
 
     # -- replay -------------------------------------------------------------------------
 
@@ -346,6 +397,10 @@ class MetadataImage:
         _log.debug("ignoring %r: %s", record, reason)
         return self
 
+    def _replay_controller_activated(self, record: ControllerActivated) -> MetadataImage:
+        brokers = FrozenMap((b_id, replace(b, alive=False)) for b_id, b in self.brokers.items())
+        return replace(self, brokers=brokers)
+
     def _replay_register(self, record: RegisterBroker) -> MetadataImage:
         registration = BrokerRegistration(
             broker_id=record.broker_id,
@@ -357,6 +412,8 @@ class MetadataImage:
             rack=record.rack,
             fenced=True,
             listeners=record.listeners,
+            alive=True,
+            log_dir_id=record.log_dir_id,
         )
         brokers = self.brokers.set(record.broker_id, registration)
         return replace(self, brokers=FrozenMap(sorted(brokers.items())))
@@ -366,11 +423,12 @@ class MetadataImage:
         if current is None or current.incarnation_id != record.incarnation_id:
             return self._ignore(record, "no such broker incarnation")
         fenced = isinstance(record, FenceBroker)
-        if current.fenced == fenced:
+        # Unfencing also counts the broker alive (it heartbeated to the active controller).
+        alive = current.alive if fenced else True
+        if (current.fenced, current.alive) == (fenced, alive):
             return self
-        return replace(
-            self, brokers=self.brokers.set(record.broker_id, replace(current, fenced=fenced))
-        )
+        changed = replace(current, fenced=fenced, alive=alive)
+        return replace(self, brokers=self.brokers.set(record.broker_id, changed))
 
     def _with_topic(self, topic: TopicImage) -> MetadataImage:
         return replace(self, topics=FrozenMap(sorted(self.topics.set(topic.name, topic).items())))
@@ -414,15 +472,21 @@ class MetadataImage:
             return self._ignore(record, f"leader epoch is {current.leader_epoch}")
         replicas = set(current.replicas)
         isr_valid = set(record.isr) <= replicas and len(set(record.isr)) == len(record.isr)
+        elr_valid = (
+            set(record.elr) <= replicas
+            and len(set(record.elr)) == len(record.elr)
+            and not set(record.elr) & set(record.isr)
+        )
         leader_valid = record.leader == -1 or record.leader in record.isr
-        if not (isr_valid and leader_valid):
-            return self._ignore(record, f"leader/ISR not within replicas {current.replicas}")
+        if not (isr_valid and elr_valid and leader_valid):
+            return self._ignore(record, f"leader/ISR/ELR not within replicas {current.replicas}")
         state = PartitionState(
             replicas=current.replicas,
             isr=record.isr,
             leader=record.leader,
             leader_epoch=record.leader_epoch,
             partition_epoch=record.partition_epoch,
+            elr=record.elr,
         )
         partitions = list(topic.partitions)
         partitions[record.partition] = state
@@ -529,6 +593,7 @@ def _set_pair(
 
 
 _REPLAYERS: dict[type[Any], Any] = {
+    ControllerActivated: MetadataImage._replay_controller_activated,
     RegisterBroker: MetadataImage._replay_register,
     FenceBroker: MetadataImage._replay_fencing,
     UnfenceBroker: MetadataImage._replay_fencing,

@@ -18,8 +18,10 @@ Guarantees and how they are kept (see ``/work/shared/notes/pysyncobj.md`` for th
   ids and skips a duplicate, so a retry after a timeout cannot apply twice. Completion is
   observed through the state machine's own apply notifications (by request id), not only
   through pysyncobj's callback, which is lost sometimes after log compaction.
-- ``is_leader`` becomes true only after this node committed a no-op in its own term (a read
-  barrier), so a new leader never computes records from an image that lags the log.
+- ``is_leader`` becomes true only after this node committed a barrier in its own term, so a
+  new leader never computes records from an image that lags the log. The barrier carries the
+  ``ControllerActivated`` record: from then on brokers count as alive only once this leader
+  hears from them (see ``election.py``).
 - Journal and snapshot live in ``data_dir``. A journal or snapshot that cannot be loaded is
   moved aside (``<name>.corrupt-<timestamp>``, logged at ERROR) and the node starts as an
   empty member that resyncs from its peers, never with silently partial state.
@@ -44,7 +46,7 @@ from flux.controller.errors import (
     QuorumError,
 )
 from flux.controller.image import MetadataImage
-from flux.controller.records import Record, record_from_dict, record_to_dict
+from flux.controller.records import ControllerActivated, Record, record_from_dict, record_to_dict
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj import pickle as raft_pickle
 from pysyncobj.journal import FileJournal
@@ -245,7 +247,9 @@ class MetadataQuorum:
                     self._to_loop(self._on_leadership, True, term)
 
             self._machine.apply_records(
-                [], f"{_BARRIER_PREFIX}{self.node_id}:{term}", callback=on_barrier
+                [record_to_dict(ControllerActivated(node_id=self.node_id))],
+                f"{_BARRIER_PREFIX}{self.node_id}:{term}",
+                callback=on_barrier,
             )
         elif old_state == _RAFT_STATE.LEADER:
             self._to_loop(self._on_leadership, False, term)

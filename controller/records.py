@@ -24,6 +24,7 @@ __all__ = [
     "AllocateProducerIds",
     "RECORD_TYPES",
     "ConfigChange",
+    "ControllerActivated",
     "CreatePartitions",
     "CreateTopic",
     "DeleteSubscription",
@@ -58,6 +59,21 @@ class RegisterBroker:
     # listener names: a client is told the brokers' addresses on the listener it connected
     # to). Empty for a broker with one listener: ``kafka_host:kafka_port`` is then its only one.
     listeners: tuple[tuple[str, str, int], ...] = ()
+    # The id of the broker's log directory (Kafka's ``directory.id``, KIP-858): made when the
+    # directory is first created, so a new id means the broker's data is gone (a replaced or
+    # wiped disk) and its replicas no longer hold what they acknowledged. "" = not reported.
+    log_dir_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerActivated:
+    """Controller ``node_id`` became the active controller (committed as its first command).
+
+    From here on a broker counts as alive only once it has registered or heartbeated with this
+    controller: every registration is marked not alive until then (``UnfenceBroker``), so no
+    leader is elected onto a broker that died with the previous controller."""
+
+    node_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +86,8 @@ class FenceBroker:
 
 @dataclass(frozen=True, slots=True)
 class UnfenceBroker:
-    """Unfence the registration ``(broker_id, incarnation_id)``; ignored for another one."""
+    """Unfence the registration ``(broker_id, incarnation_id)`` and count it alive for the
+    active controller (it heartbeated); ignored for another incarnation."""
 
     broker_id: int
     incarnation_id: str
@@ -108,10 +125,11 @@ class DeleteTopic:
 
 @dataclass(frozen=True, slots=True)
 class PartitionChange:
-    """The complete new leader/ISR state of one partition.
+    """The complete new leader/ISR/ELR state of one partition.
 
     Applies only when ``partition_epoch`` is exactly one more than the current one, so two
-    changes computed from the same image cannot both apply.
+    changes computed from the same image cannot both apply. ``elr``: the eligible leader
+    replicas (KIP-966), replicas outside the ISR known to hold every acknowledged record.
     """
 
     topic_id: str
@@ -120,6 +138,7 @@ class PartitionChange:
     leader_epoch: int
     isr: tuple[int, ...]
     partition_epoch: int
+    elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +196,8 @@ class DeleteSubscription:
 
 
 Record = (
-    RegisterBroker
+    ControllerActivated
+    | RegisterBroker
     | FenceBroker
     | UnfenceBroker
     | CreateTopic
@@ -194,6 +214,7 @@ Record = (
 RECORD_TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (
+        ControllerActivated,
         RegisterBroker,
         FenceBroker,
         UnfenceBroker,
@@ -329,6 +350,7 @@ def _endpoints(value: Any, where: str) -> tuple[tuple[str, str, int], ...]:
 _Parser = Callable[[Any, str], Any]
 
 _SCHEMAS: dict[str, dict[str, _Parser]] = {
+    "ControllerActivated": {"node_id": _int},
     "RegisterBroker": {
         "broker_id": _int,
         "incarnation_id": _str,
@@ -338,6 +360,7 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
         "http_port": _int,
         "rack": _optional_str,
         "listeners": _endpoints,
+        "log_dir_id": _str,
     },
     "FenceBroker": {"broker_id": _int, "incarnation_id": _str},
     "UnfenceBroker": {"broker_id": _int, "incarnation_id": _str},
@@ -351,6 +374,7 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
         "leader_epoch": _int,
         "isr": _int_tuple,
         "partition_epoch": _int,
+        "elr": _int_tuple,
     },
     "AllocateProducerIds": {"broker_id": _int, "first_producer_id": _int, "count": _int},
     "RegisterSubscription": {
@@ -370,7 +394,13 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
     },
 }
 
-_OPTIONAL_FIELDS = {("RegisterBroker", "rack"), ("RegisterBroker", "listeners")}
+# Fields added after RECORD_FORMAT_VERSION 1 was first written: older records lack them.
+_OPTIONAL_FIELDS = {
+    ("RegisterBroker", "rack"),
+    ("RegisterBroker", "listeners"),
+    ("RegisterBroker", "log_dir_id"),
+    ("PartitionChange", "elr"),
+}
 
 
 def record_from_dict(data: Mapping[str, Any]) -> Record:

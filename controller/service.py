@@ -79,6 +79,7 @@ class ControllerSettings:
     preferred_leader_election_delay_ms: int = 5000
     default_partitions: int = 1
     default_replication_factor: int = 1
+    default_min_insync_replicas: int = 1
     election_timeout_ms: tuple[int, int] = (400, 1000)
 
     @property
@@ -91,7 +92,6 @@ class _Session:
     incarnation_id: str
     deadline: float  # time.monotonic() after which the broker is fenced
     caught_up_version: int  # the broker is unfenced once its metadata reaches this version
-    heard_from: bool = False  # a heartbeat reached this controller in its current term
 
 
 class _BadRequest(Exception):
@@ -284,6 +284,10 @@ class ControllerService:
     async def _register(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
         broker_id = _int_field(body, "broker_id")
         incarnation_id = _str_field(body, "incarnation_id")
+        log_dir_id = body.get("log_dir_id", "")
+        if not isinstance(log_dir_id, str):
+            raise _BadRequest(f"field 'log_dir_id' must be a string, got {log_dir_id!r}")
+        await self._wait_sessions_confirmed(broker_id)
         result, image = await self._write(
             lambda image: handlers.register_broker(
                 image,
@@ -295,12 +299,30 @@ class ControllerService:
                 http_port=_int_field(body, "http_port"),
                 rack=body.get("rack") or None,
                 listeners=_listeners_field(body),
+                log_dir_id=log_dir_id,
+                default_min_isr=self.settings.default_min_insync_replicas,
             )
         )
         if result.response.get("error_code", 0) == 0:
             self._sessions[broker_id] = _Session(incarnation_id, self._deadline(), image.version)
             log.info("broker %d registered (incarnation %s)", broker_id, incarnation_id)
         return {**result.response, "version": image.version}
+
+    async def _wait_sessions_confirmed(self, broker_id: int) -> None:
+        """Before a re-registration moves leaders and ISRs: wait (at most a session timeout and
+        a bit) until every other live broker has heartbeated to this controller or been fenced.
+
+        After a controller failover the brokers that died with the old controller still look
+        live; deciding while they do could take a returning broker out of an ISR led by a dead
+        one and leave it ineligible (election.py). Their sessions all end together, so waiting
+        lets them leave as one event that keeps every ISR whole (the whole-cluster crash)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.session_timeout_ms / 1000 + 1.0
+        while loop.time() < deadline and self.is_active:
+            waiting = [b for b in self.image.unconfirmed_broker_ids() if b != broker_id]
+            if not waiting:
+                return
+            await asyncio.sleep(SESSION_CHECK_INTERVAL_S / 2)
 
     async def _heartbeat(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
         broker_id = _int_field(body, "broker_id")
@@ -321,12 +343,15 @@ class ControllerService:
         keep_fenced = registration is not None and registration.fenced and not caught_up
         result, image = await self._write(
             lambda image: handlers.broker_heartbeat(
-                image, broker_id=broker_id, incarnation_id=incarnation_id, want_fence=keep_fenced
+                image,
+                broker_id=broker_id,
+                incarnation_id=incarnation_id,
+                want_fence=keep_fenced,
+                default_min_isr=self.settings.default_min_insync_replicas,
             )
         )
         if result.response.get("error_code", 0) == 0 and session is not None:
             session.deadline = self._deadline()
-            session.heard_from = True
         return {**result.response, "version": image.version}
 
     def _deadline(self) -> float:
@@ -346,6 +371,7 @@ class ControllerService:
 
     async def _fence_expired_brokers(self) -> None:
         now = time.monotonic()
+        expired = []
         for broker_id in self.image.live_broker_ids():
             registration = self.image.brokers[broker_id]
             session = self._sessions.get(broker_id)
@@ -354,19 +380,24 @@ class ControllerService:
                     registration.incarnation_id, self._deadline(), self.image.version
                 )
                 continue
-            if now < session.deadline:
-                continue
-            log.warning(
-                "broker %d missed heartbeats for %d ms: fencing it",
-                broker_id,
-                self.settings.session_timeout_ms,
+            if now >= session.deadline:
+                expired.append(broker_id)
+        if not expired:
+            return
+        log.warning(
+            "broker(s) %s missed heartbeats for %d ms: fencing them",
+            ", ".join(map(str, expired)),
+            self.settings.session_timeout_ms,
+        )
+        # One decision for every session that ended now (see election.fence_brokers).
+        await self._write(
+            lambda image: ControllerResult(
+                records=handlers.fence_brokers(
+                    image, expired, default_min_isr=self.settings.default_min_insync_replicas
+                ),
+                response={"error_code": 0, "error_message": None},
             )
-            await self._write(
-                lambda image, broker_id=broker_id: ControllerResult(
-                    records=handlers.fence_broker(image, broker_id),
-                    response={"error_code": 0, "error_message": None},
-                )
-            )
+        )
 
     async def _restore_preferred_leaders_forever(self) -> None:
         delay_s = self.settings.preferred_leader_election_delay_ms / 1000
@@ -383,21 +414,20 @@ class ControllerService:
 
     async def _restore_preferred_leaders(self, delay_s: float) -> None:
         now = time.monotonic()
-        # Only brokers that heartbeated to this controller count: after a failover, a dead
+        # Only alive brokers count (preferred_leader_imbalance): after a failover, a dead
         # broker stays unfenced until its session expires, and must not be handed leadership.
-        heard = {broker_id for broker_id, session in self._sessions.items() if session.heard_from}
-        image = self.image
-        electable = {
-            (topic, index)
-            for topic, index in handlers.preferred_leader_imbalance(image)
-            if image.topics[topic].partitions[index].preferred_leader in heard
-        }
+        electable = set(handlers.preferred_leader_imbalance(self.image))
         self._electable_since = {key: self._electable_since.get(key, now) for key in electable}
         due = [key for key, since in self._electable_since.items() if now - since >= delay_s]
         if not due:
             return
         result, _ = await self._write(
-            lambda image: handlers.elect_leaders(image, partitions=due, election_type="preferred")
+            lambda image: handlers.elect_leaders(
+                image,
+                partitions=due,
+                election_type="preferred",
+                default_min_isr=self.settings.default_min_insync_replicas,
+            )
         )
         if result.records:
             log.info("restored preferred leaders of %d partitions", len(result.records))
@@ -512,6 +542,7 @@ class ControllerService:
                 leader_epoch=_int_field(body, "leader_epoch"),
                 partition_epoch=_int_field(body, "partition_epoch"),
                 isr=[int(member) for member in isr],
+                default_min_isr=self.settings.default_min_insync_replicas,
             )
         )
         return {**result.response, "version": image.version}
@@ -529,7 +560,10 @@ class ControllerService:
             raise _BadRequest("type must be 'preferred' or 'unclean'")
         result, image = await self._write(
             lambda image: handlers.elect_leaders(
-                image, partitions=partitions, election_type=election_type
+                image,
+                partitions=partitions,
+                election_type=election_type,
+                default_min_isr=self.settings.default_min_insync_replicas,
             )
         )
         return {**result.response, "version": image.version}

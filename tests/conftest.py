@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from flux.cluster.launcher import NodeProcess, local_cluster_configs
+from flux.cluster.launcher import PORT_WINDOW_ENV, NodeProcess, local_cluster_configs, port_window
 from hypothesis import settings
 
 # Property tests share 2 cores with cluster processes under xdist: hypothesis's per-example
 # deadline (200 ms) would then fail on scheduling noise, not on a bug.
 settings.register_profile("flux", deadline=None)
 settings.load_profile("flux")
+
+#: pytest-xdist workers (and the processes they start) pick ports from disjoint windows, so
+#: clusters of parallel tests never choose the same port (flux.cluster.launcher.free_port).
+PORT_WINDOWS = 8
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    slot = int(worker[2:]) if worker[2:].isdigit() else 0
+    low, high = port_window(slot, PORT_WINDOWS)
+    os.environ[PORT_WINDOW_ENV] = f"{low}-{high}"
+
 
 ClusterFactory = Callable[..., list[NodeProcess]]
 
@@ -33,6 +47,7 @@ def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
     Every process started is stopped at teardown.
     """
     started: list[NodeProcess] = []
+    clusters = itertools.count()
 
     def start(
         nodes: int = 1,
@@ -46,7 +61,8 @@ def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
         }
         for section, keys in sections.items():
             extra.setdefault(section, {}).update(keys)
-        root = tmp_path / f"cluster-{len(started)}"
+        # next() on a count is atomic: tests that start clusters from threads get their own.
+        root = tmp_path / f"cluster-{next(clusters)}"
         processes = local_cluster_configs(
             root, nodes, extra=extra, controller_ids=controller_ids, broker_ids=broker_ids
         )

@@ -190,6 +190,20 @@ class AckedProducer:
         assert self._producer.flush(timeout_s) == 0, "messages still in flight"
 
 
+def _high_watermark(consumer: confluent_kafka.Consumer, partition: Any) -> int:
+    """The partition's high watermark, asked again on a transient client error (librdkafka
+    replaces a broker handle when a metadata refresh renames it: _DESTROY_BROKER)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(partition, timeout=10)[1])
+        except confluent_kafka.KafkaException as exception:
+            error = exception.args[0]
+            transient = error.retriable() or error.code() == confluent_kafka.KafkaError._DESTROY_BROKER
+            if not transient or time.monotonic() > deadline:
+                raise
+
+
 def _read_partition(bootstrap: str, topic: str, partition: int) -> list[bytes]:
     """Every value of ``topic``/``partition`` up to its high watermark."""
     from confluent_kafka import TopicPartition
@@ -199,7 +213,7 @@ def _read_partition(bootstrap: str, topic: str, partition: int) -> list[bytes]:
          "enable.auto.commit": False, "auto.offset.reset": "earliest"}
     )  # fmt: skip
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        high = _high_watermark(consumer, TopicPartition(topic, partition))
         consumer.assign([TopicPartition(topic, partition, 0)])
         values: list[bytes] = []
         deadline = time.monotonic() + 60

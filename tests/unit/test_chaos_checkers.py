@@ -220,6 +220,30 @@ def test_availability_reports_the_longest_gap_between_acknowledged_sends() -> No
     assert availability.error_rates["send"] == {"fail": 0.0, "info": 0.5}
 
 
+def test_availability_reports_each_whole_cluster_crash() -> None:
+    nemesis = "nemesis"
+    ops = _history(
+        *_send("p", "a", 0, 0),  # acked at t=1
+        (nemesis, "invoke", "crash", {"target": None}),
+        (nemesis, "ok", "crash", {"target": None, "nodes": [1, 2, 3]}),  # t=3
+        *_send("p", "b", 0, None, outcome="info"),
+        (nemesis, "invoke", "start", {"target": "node-2"}),
+        (nemesis, "ok", "start", {"target": "node-2", "node": 2}),  # t=7: one of three
+        (nemesis, "invoke", "start", {"target": "node-3"}),
+        (nemesis, "ok", "start", {"target": "node-3", "node": 3}),  # t=9: a majority
+        *_send("p", "c", 0, 1),  # acked at t=11
+        (nemesis, "invoke", "recover", None),
+        (nemesis, "ok", "recover", {"restarted": [1]}),
+    )
+    [crash] = check(ops).availability.crash_recoveries
+    assert crash == {
+        "crash_at_s": 3.0,
+        "majority_back_at_s": 9.0,
+        "unavailable_s": 8.0,
+        "available_after_majority_s": 2.0,
+    }
+
+
 def test_history_round_trips_through_json_lines(tmp_path: Path) -> None:
     clock = iter(range(100))
     history = History(clock=lambda: float(next(clock)))
@@ -247,7 +271,8 @@ def test_schedules_are_reproducible_from_the_seed(name: str) -> None:
     again = generate_schedule(scenario, seed=42, duration_s=60, nodes=3, partitions=True)
     other = generate_schedule(scenario, seed=43, duration_s=60, nodes=3, partitions=True)
     assert first == again and first != other
-    assert all(isinstance(step, Step) and step.at_s < 60 + 10 for step in first)
+    # A cycle that starts before the end finishes soon after it (a crash cycle is longest).
+    assert all(isinstance(step, Step) and step.at_s < 60 + 20 for step in first)
 
 
 def test_mixed_schedules_use_partitions_only_when_the_backend_can() -> None:
@@ -261,6 +286,31 @@ def test_mixed_schedules_use_partitions_only_when_the_backend_can() -> None:
         for step in generate_schedule(mixed, seed=seed, duration_s=120, nodes=3, partitions=True)
     ]
     assert "partition" in with_partitions
+
+
+def test_whole_cluster_crashes_bring_every_node_back_in_each_way() -> None:
+    shapes = set()
+    for seed in range(30):
+        steps = SCENARIOS["whole-cluster-crash"].generate(random.Random(seed), 60.0, 3, False)
+        cycle: list[Step] = []
+        for step in steps:
+            cycle.append(step)
+            if step.f != "recover":
+                continue
+            assert cycle[0].f == "crash", cycle
+            starts = [s for s in cycle if s.f == "start"]
+            assert len({s.target for s in starts}) == len(starts) < 3, cycle
+            assert all(s.f in ("crash", "start", "recover") for s in cycle), cycle
+            if not starts:
+                shapes.add("all")
+            elif starts[0].at_s == starts[1].at_s:
+                shapes.add("majority")
+            else:
+                shapes.add("one-at-a-time")
+            assert starts == [] or cycle[-1].at_s > starts[-1].at_s, cycle
+            cycle = []
+        assert not cycle and steps[-1].f == "recover"
+    assert shapes == {"all", "majority", "one-at-a-time"}
 
 
 def test_every_fault_is_followed_by_a_recovery() -> None:

@@ -17,9 +17,13 @@ A command followed by ``----`` has its output compared line by line. Set
 
 Commands (``<tp>`` is ``topic-partition``, e.g. ``orders-0``; lists are comma-separated):
 
-    register <id> [inc=<incarnation>] [rack=<rack>]     default incarnation "a"
+    register <id> [inc=<incarnation>] [rack=<rack>] [logdir=<log dir id>]
+                                                        default incarnation "a", log dir ""
     heartbeat <id> [inc=<incarnation>] [want-fence]
-    fence <id> | unfence <id>                           the election rules directly
+    fence <ids> | unfence <id>                          the election rules directly (several
+                                                        ids: sessions that ended together)
+    activate <node id>                                  a controller takes over (its first
+                                                        command, ControllerActivated)
     create-topic <name> [partitions=N] [rf=N] [seed=N] [assign=1,2,3/2,3,1] [validate]
                  [config.<key>=<value>...] [id=<topic id>]   defaults: partitions=1 rf=1 seed=0
     delete-topic <name> | delete-topic id=<topic id>
@@ -29,7 +33,10 @@ Commands (``<tp>`` is ``topic-partition``, e.g. ``orders-0``; lists are comma-se
     elect preferred|unclean [<tp>...]                    no partitions: all of them
     alter-config topic|broker <name> <key>=<value>|<key>=   (empty value deletes)
     show [<topic>]      every partition:  <tp> replicas=[..] isr=[..] leader=N epoch=L/P
-    brokers             every broker:     broker <id> inc=<inc> rack=<rack> fenced|live
+                        [elr=[..]]  (the ELR only when not empty)
+    brokers             every broker:     broker <id> inc=<inc> rack=<rack> <state>, state
+                        fenced, live, or unconfirmed (live, not yet heard from by the
+                        active controller)
     leaders             leaders per broker:  leaders 1=2 2=2 3=2
     imbalance           partitions electable by "preferred"
 
@@ -54,7 +61,7 @@ import pytest
 from flux.controller import handlers
 from flux.controller.handlers import ControllerResult
 from flux.controller.image import MetadataImage, PartitionState
-from flux.controller.records import Record
+from flux.controller.records import ControllerActivated, Record
 from flux.protocol.errors import ErrorCode
 
 QUERIES = {"show", "brokers", "leaders", "imbalance"}
@@ -114,9 +121,10 @@ def render_scenario(steps: list[Step], outputs: list[list[str]], original: str) 
 
 
 def format_partition(name: str, index: int, state: PartitionState) -> str:
+    elr = f" elr={_ids(state.elr)}" if state.elr else ""
     return (
         f"{name}-{index} replicas={_ids(state.replicas)} isr={_ids(state.isr)} "
-        f"leader={state.leader} epoch={state.leader_epoch}/{state.partition_epoch}"
+        f"leader={state.leader} epoch={state.leader_epoch}/{state.partition_epoch}{elr}"
     )
 
 
@@ -145,7 +153,7 @@ class ScenarioRunner:
         for broker_id, b in image.brokers.items():
             if ids is not None and broker_id not in ids:
                 continue
-            state = "fenced" if b.fenced else "live"
+            state = "fenced" if b.fenced else ("live" if b.alive else "unconfirmed")
             lines.append(f"broker {broker_id} inc={b.incarnation_id} rack={b.rack} {state}")
         return lines
 
@@ -184,6 +192,7 @@ class ScenarioRunner:
     def apply(self, records: list[Record]) -> list[str]:
         old = self.image
         self.image = old.replay_all(records, old.version + 1)
+        check_elections(old, self.image)
         return self.diff(old, self.image)
 
     def run(self, command: str) -> tuple[bool, list[str]]:
@@ -218,8 +227,12 @@ class ScenarioRunner:
                 http_host=f"b{broker_id}",
                 http_port=8000 + broker_id,
                 rack=options.get("rack"),
+                log_dir_id=options.get("logdir", ""),
             )
         )
+
+    def cmd_activate(self, flags: list[str], options: dict[str, str]) -> tuple[bool, list[str]]:
+        return True, self.apply([ControllerActivated(node_id=int(flags[0]))])
 
     def cmd_heartbeat(self, flags: list[str], options: dict[str, str]) -> tuple[bool, list[str]]:
         result = handlers.broker_heartbeat(
@@ -234,7 +247,7 @@ class ScenarioRunner:
         return ok, lines
 
     def cmd_fence(self, flags: list[str], options: dict[str, str]) -> tuple[bool, list[str]]:
-        return True, self.apply(handlers.fence_broker(self.image, int(flags[0])))
+        return True, self.apply(handlers.fence_brokers(self.image, _parse_ids(flags[0])))
 
     def cmd_unfence(self, flags: list[str], options: dict[str, str]) -> tuple[bool, list[str]]:
         return True, self.apply(handlers.unfence_broker(self.image, int(flags[0])))
@@ -362,9 +375,22 @@ def check_invariants(image: MetadataImage) -> None:
         for index, state in enumerate(topic.partitions):
             where = f"{name}-{index}"
             assert set(state.isr) <= set(state.replicas), where
+            assert set(state.elr) <= set(state.replicas), where
+            assert not set(state.elr) & set(state.isr), f"{where}: ELR and ISR overlap"
             if state.leader != -1:
                 assert state.leader in state.isr, where
                 assert image.is_live(state.leader), f"{where}: leader {state.leader} is not live"
+
+
+def check_elections(old: MetadataImage, new: MetadataImage) -> None:
+    """No leader is ever elected onto a broker the active controller has not heard from."""
+    for name, topic in new.topics.items():
+        before = old.topic_by_id(topic.topic_id)
+        for index, state in enumerate(topic.partitions):
+            if before is None or index >= len(before.partitions):
+                continue
+            if state.leader not in (-1, before.partitions[index].leader):
+                assert new.is_alive(state.leader), f"{name}-{index}: elected {state.leader}"
 
 
 @pytest.mark.parametrize("path", list(_scenario_files()), ids=lambda p: p.stem)
