@@ -1,3 +1,18 @@
-"""The broker: Kafka listener and request handlers, partitions (ReplicaManager), local topic
-metadata, node process assembly and launcher.
+"""The broker (``flux.cluster``): a node's broker role, its assembly and process launch.
+
+This package itself: ``node`` (node process assembly: roles, listeners, signals, the ready
+file), ``launcher`` (start, stop and find node processes), ``config`` (the node TOML file and
+``FLUX_`` overrides), ``topics`` (topic configs on a broker).
+
+Subpackages, one responsibility each:
+
+- ``kafka``: the Kafka front door: the listener, request dispatch (``KafkaApis``) and the
+  handlers per API family, producer ids.
+- ``metadata``: following the controller: registration, heartbeats, the metadata image, and
+  the client of the controller HTTP API.
+- ``replication``: the partition replicas (``ReplicaManager``, ``Partition``), follower
+  fetching, ISR changes, the replication wire format, HTTP calls to other brokers.
+- ``groups``: consumer groups and committed offsets (``__consumer_offsets``).
+- ``http``: the broker's HTTP listener and API (the original Flux API and REST), push
+  subscriptions, memory topics, message-id dedup and Prometheus metrics.
 """

@@ -30,24 +30,24 @@ from typing import Any
 from flux.controller.service import ControllerService, ControllerSettings, VoterAddress
 from flux.protocol.api import ApiKey
 
-from .broker_lifecycle import BrokerLifecycle
-from .broker_peers import BrokerPeers
 from .config import NodeConfig
-from .controller_client import ControllerClient
-from .group_coordinator import GroupCoordinator
-from .http_api import HttpApi
-from .http_server import BrokerHttpServer
-from .isr import IsrManager
-from .kafka_apis import ADVERTISED_VERSIONS, KafkaApis
-from .kafka_server import KafkaServer
+from .groups.coordinator import GroupCoordinator
+from .groups.offsets_client import OffsetsClient
+from .http.api import HttpApi
+from .http.memory_topics import MemoryTopicCleaner
+from .http.metrics import BrokerMetrics
+from .http.push import PushManager, PushSettings
+from .http.server import BrokerHttpServer
+from .kafka.apis import ADVERTISED_VERSIONS, KafkaApis
+from .kafka.producer_ids import ProducerIdManager
+from .kafka.server import KafkaServer
 from .launcher import READY_FILE, STATE_FILE
-from .memory_topics import MemoryTopicCleaner
-from .metrics import BrokerMetrics
-from .offsets_client import OffsetsClient
-from .producer_ids import ProducerIdManager
-from .push import PushManager, PushSettings
-from .replica_fetcher import ReplicaFetcherManager
-from .replica_manager import ReplicaManager
+from .metadata.controller_client import ControllerClient
+from .metadata.lifecycle import BrokerLifecycle
+from .replication.fetcher import ReplicaFetcherManager
+from .replication.isr import IsrManager
+from .replication.peers import BrokerPeers
+from .replication.replica_manager import ReplicaManager
 
 __all__ = ["Node", "run_node"]
 

@@ -318,7 +318,7 @@ def _replication_fetch(node: NodeProcess, body: object) -> tuple[int, bytes]:
 
 
 def test_bad_replication_fetches_get_errors_and_change_nothing(cluster_factory) -> None:
-    from flux.cluster.replication_wire import decode_fetch_response
+    from flux.cluster.replication.wire import decode_fetch_response
 
     nodes = cluster_factory(3)
     _create(nodes[0], "guarded", [[1, 2, 3]])

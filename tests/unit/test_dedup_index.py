@@ -5,8 +5,8 @@ follower learns the ids it replicates, and that a new leader rebuilds the window
 from __future__ import annotations
 
 from flux.cluster.config import parse_config
-from flux.cluster.dedup import MESSAGE_ID_HEADER, MessageIdIndex, message_ids_in
-from flux.cluster.partition import Partition
+from flux.cluster.http.dedup import MESSAGE_ID_HEADER, MessageIdIndex, message_ids_in
+from flux.cluster.replication.partition import Partition
 from flux.cluster.topics import TopicConfig
 from flux.controller.image import PartitionState
 from flux.protocol.records import Compression, build_batch, decode_records, iter_batches
@@ -112,7 +112,7 @@ def test_new_leader_knows_the_ids_after_failover() -> None:
 
 def test_memory_topic_refuses_appends_beyond_its_limit() -> None:
     import pytest
-    from flux.cluster.partition import ProducerRejectedError
+    from flux.cluster.replication.partition import ProducerRejectedError
     from flux.protocol.errors import ErrorCode
 
     defaults = parse_config(SECRET, environ={})["topic"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flux.cluster.config import parse_config
-from flux.cluster.partition import Partition
+from flux.cluster.replication.partition import Partition
 from flux.cluster.topics import TopicConfig
 from flux.controller.image import PartitionState
 from flux.protocol.records import build_batch

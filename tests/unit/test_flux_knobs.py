@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from flux.cluster.config import ConfigError, parse_config
-from flux.cluster.memory_topics import cutoff
+from flux.cluster.http.memory_topics import cutoff
 from flux.controller import handlers
 from flux.controller.image import MetadataImage
 from flux.controller.records import (

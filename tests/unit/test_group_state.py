@@ -8,7 +8,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import pytest
-from flux.cluster.group_state import (
+from flux.cluster.groups.state import (
     Effect,
     Group,
     GroupRecordError,

@@ -6,8 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from flux.cluster.group_state import Group
-from flux.cluster.offsets_records import (
+from flux.cluster.groups.offsets_records import (
     CommittedOffset,
     GroupMetadataEntry,
     OffsetCommitEntry,
@@ -21,6 +20,7 @@ from flux.cluster.offsets_records import (
     tombstone_for_group,
     tombstone_for_offset,
 )
+from flux.cluster.groups.state import Group
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from flux.cluster.replication_wire import (
+from flux.cluster.replication.wire import (
     PartitionData,
     ReplicationWireError,
     decode_fetch_response,

@@ -36,9 +36,9 @@ from typing import Any
 from flux.controller.image import MetadataImage
 from flux.protocol.errors import ErrorCode
 
-from .config import NodeConfig
+from ..config import NodeConfig
+from ..replication.replica_manager import ReplicaManager
 from .controller_client import ControllerClient, ControllerUnavailableError
-from .replica_manager import ReplicaManager
 
 __all__ = ["BrokerLifecycle"]
 

@@ -44,13 +44,13 @@ from flux.protocol.errors import CorruptRecordError
 from flux.protocol.records import decode_records, iter_batches
 from flux.storage import OffsetOutOfRangeError
 
-from .config import NodeConfig
-from .http_api import message_json
-from .kafka_apis import KafkaApis
+from ..config import NodeConfig
+from ..groups.offsets_client import OffsetsClient, OffsetsUnavailableError, push_group
+from ..kafka.apis import KafkaApis
+from ..replication.partition import Partition
+from ..replication.replica_manager import ReplicaManager
+from .common import message_json
 from .metrics import BrokerMetrics
-from .offsets_client import OffsetsClient, OffsetsUnavailableError, push_group
-from .partition import Partition
-from .replica_manager import ReplicaManager
 
 __all__ = ["PushManager", "PushSettings"]
 

@@ -15,7 +15,7 @@ import logging
 
 from flux.protocol.errors import ErrorCode
 
-from .controller_client import ControllerClient, ControllerUnavailableError
+from ..metadata.controller_client import ControllerClient, ControllerUnavailableError
 from .partition import Partition
 from .replica_manager import ReplicaManager
 

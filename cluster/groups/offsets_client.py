@@ -17,8 +17,8 @@ from typing import Any
 
 from flux.protocol.errors import ErrorCode
 
-from .broker_peers import BrokerPeers, PeerUnavailableError
-from .group_coordinator import GroupCoordinator
+from ..replication.peers import BrokerPeers, PeerUnavailableError
+from .coordinator import GroupCoordinator
 
 __all__ = ["OffsetsClient", "OffsetsUnavailableError", "push_group"]
 

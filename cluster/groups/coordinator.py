@@ -8,7 +8,7 @@ a broker becomes the leader of an offsets partition it replays the partition and
 groups and offsets it holds; when it loses leadership it answers parked requests with
 ``NOT_COORDINATOR`` and forgets them.
 
-The protocol rules live in the pure ``Group`` state machine (``group_state``); this module runs
+The protocol rules live in the pure ``Group`` state machine (``state``); this module runs
 it on the event loop: it parks JoinGroup/SyncGroup requests on futures, executes the
 machine's effects (respond, persist, schedule a tick) in order, and writes offset commits.
 
@@ -28,7 +28,8 @@ from flux.controller.image import MetadataImage
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.records import build_batch, decode_records, iter_batches
 
-from .group_state import Effect, Group, Persist, Respond, ScheduleTick
+from ..replication.partition import Partition, ProducerRejectedError
+from ..replication.replica_manager import ReplicaManager
 from .offsets_records import (
     OffsetsState,
     group_metadata_record,
@@ -37,8 +38,7 @@ from .offsets_records import (
     tombstone_for_group,
     tombstone_for_offset,
 )
-from .partition import Partition, ProducerRejectedError
-from .replica_manager import ReplicaManager
+from .state import Effect, Group, Persist, Respond, ScheduleTick
 
 __all__ = ["OFFSETS_TOPIC", "GroupCoordinator"]
 
@@ -525,6 +525,6 @@ class GroupCoordinator:
 
 
 def _join_error(member_id: str, error: ErrorCode) -> dict[str, Any]:
-    from .group_state import join_error_response
+    from .state import join_error_response
 
     return join_error_response(member_id, error)

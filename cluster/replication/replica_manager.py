@@ -34,11 +34,11 @@ from flux.storage import AppendResult, CheckpointStore, MemoryLog, PartitionLog
 from flux.storage.leader_epochs import LeaderEpochCache
 from flux.storage.producer_state import ProducerSnapshotError, ProducerStateManager
 
-from .config import NodeConfig
-from .dedup import MessageIdIndex
+from ..config import NodeConfig
+from ..http.dedup import MessageIdIndex
+from ..topics import TopicConfig
 from .partition import Partition
-from .replication_wire import PartitionData
-from .topics import TopicConfig
+from .wire import PartitionData
 
 __all__ = ["Partition", "ReplicaManager"]  # Partition is re-exported for the handlers
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .partition import Partition
+from ..replication.partition import Partition
 
 __all__ = ["BrokerMetrics", "CONTENT_TYPE"]
 

@@ -25,7 +25,7 @@ from flux.storage import StorageError
 
 from .partition import Partition
 from .replica_manager import ReplicaManager
-from .replication_wire import PartitionData, ReplicationWireError, decode_fetch_response
+from .wire import PartitionData, ReplicationWireError, decode_fetch_response
 
 __all__ = ["ReplicaFetcherManager"]
 

@@ -1,7 +1,7 @@
 """The broker's HTTP listener (aiohttp).
 
 It serves ``GET /health``, ``GET /ping``, the replication endpoint, and the routes of the HTTP
-API (``http_api.HttpApi``: original Flux publish/subscribe, REST, metrics, and the internal
+API (``api.HttpApi``: original Flux publish/subscribe, REST, metrics, and the internal
 broker-to-broker endpoints). ``broker.http_port`` (alias ``api.port``) is its port: one
 listener for all of it. The broker registers the bound port with the controller, so other
 brokers can reach it.
@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .replication_wire import PartitionData, encode_fetch_response
+from ..replication.wire import PartitionData, encode_fetch_response
 
 __all__ = ["BrokerHttpServer"]
 

@@ -34,7 +34,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from .group_state import GroupRecordError, validate_group_record
+from .state import GroupRecordError, validate_group_record
 
 __all__ = [
     "GROUP_METADATA_KEY_TYPE",

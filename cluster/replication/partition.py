@@ -31,9 +31,9 @@ from flux.storage import AppendResult, MemoryLog, PartitionLog
 from flux.storage.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
 from flux.storage.producer_state import ProducerStateManager, Verdict, increment_sequence
 
-from .dedup import MessageIdIndex, message_ids_in
-from .replication_wire import PartitionData
-from .topics import TopicConfig
+from ..http.dedup import MessageIdIndex, message_ids_in
+from ..topics import TopicConfig
+from .wire import PartitionData
 
 __all__ = ["DelayedProduce", "FollowerState", "Partition", "ProducerRejectedError"]
 

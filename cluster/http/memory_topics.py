@@ -29,10 +29,10 @@ from collections.abc import Iterable
 
 from flux.storage import MemoryLog
 
+from ..groups.offsets_client import OffsetsClient, push_group
+from ..replication.partition import Partition
+from ..replication.replica_manager import ReplicaManager
 from .metrics import BrokerMetrics
-from .offsets_client import OffsetsClient, push_group
-from .partition import Partition
-from .replica_manager import ReplicaManager
 
 __all__ = ["MemoryTopicCleaner", "cutoff"]
 

@@ -1,0 +1,147 @@
+"""The broker's HTTP API (aiohttp routes added to the broker's HTTP server).
+
+Original Flux shape: ``POST /publish {"id","message","topic"}``, ``POST /subscribe
+{"address","topics","readOld"}``, ``POST /unsubscribe {"address","topics"}``, ``GET /ping``.
+REST: topics, messages (produce with key/headers/id, read by offset range), groups,
+subscriptions, cluster state; ``/health``; ``/metrics``. See docs/http-api.md.
+
+Any broker answers any request: a produce or read of a partition led by another broker is
+forwarded to the leader over its internal endpoints (one hop; a forwarded request that lands on
+a non-leader answers 421 with the leader's id instead of forwarding again). Group reads and
+commits go to the group's coordinator; metadata writes to the active controller.
+
+Bad input gets a 4xx JSON answer ``{"error": "...", "field": "<name>"}`` and stores nothing.
+
+``HttpApi`` combines the two halves, one module each: ``flux_api`` (the original Flux API
+and push subscriptions) and ``rest``; ``common`` holds what both use. It owns the routes, the
+JSON wrapper every route goes through (errors and request metrics) and ``/metrics``.
+
+Thread-safety: one owner, the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from ..groups.coordinator import GroupCoordinator
+from ..groups.offsets_client import OffsetsClient, OffsetsUnavailableError
+from ..kafka.apis import KafkaApis
+from ..replication.peers import BrokerPeers
+from ..replication.replica_manager import ReplicaManager
+from .common import HttpError
+from .flux_api import FluxApi
+from .metrics import CONTENT_TYPE, BrokerMetrics
+from .rest import RestApi
+
+__all__ = ["HttpApi"]
+
+
+class HttpApi(FluxApi, RestApi):
+    def __init__(
+        self,
+        *,
+        replicas: ReplicaManager,
+        apis: KafkaApis,
+        groups: GroupCoordinator,
+        peers: BrokerPeers,
+        offsets: OffsetsClient,
+        metrics: BrokerMetrics,
+        broker_id: int,
+        allow_auto_create: bool,
+    ) -> None:
+        self._replicas = replicas
+        self._apis = apis
+        self._groups = groups
+        self._peers = peers
+        self._offsets = offsets
+        self._metrics = metrics
+        self._broker_id = broker_id
+        self._allow_auto_create = allow_auto_create
+        self._round_robin = itertools.count()
+
+    def routes(self) -> list[web.RouteDef]:
+        json_route = self._json
+        return [
+            web.get("/metrics", self._get_metrics),
+            web.post("/publish", json_route(self._publish, "publish")),
+            web.post("/subscribe", json_route(self._subscribe, "subscribe")),
+            web.post("/unsubscribe", json_route(self._unsubscribe, "unsubscribe")),
+            web.get("/cluster", json_route(self._cluster, "cluster")),
+            web.get("/topics", json_route(self._list_topics, "topics")),
+            web.post("/topics", json_route(self._create_topic, "topics")),
+            web.get("/topics/{topic}", json_route(self._describe_topic, "topic")),
+            web.delete("/topics/{topic}", json_route(self._delete_topic, "topic")),
+            web.post("/topics/{topic}/messages", json_route(self._produce, "produce")),
+            web.get(
+                "/topics/{topic}/partitions/{partition}/messages",
+                json_route(self._read, "read"),
+            ),
+            web.get("/groups", json_route(self._list_groups, "groups")),
+            web.get("/groups/{group}", json_route(self._describe_group, "group")),
+            web.get("/subscriptions", json_route(self._list_subscriptions, "subscriptions")),
+            web.get("/subscriptions/{id}", json_route(self._describe_subscription, "subscription")),
+            web.delete(
+                "/subscriptions/{id}", json_route(self._delete_subscription, "subscription")
+            ),
+            # Internal: broker to broker.
+            web.post(
+                "/internal/produce/{topic}/{partition}",
+                json_route(self._internal_produce, "internal_produce"),
+            ),
+            web.get("/internal/committed", json_route(self._internal_committed, "internal")),
+            web.post(
+                "/internal/groups/{group}/commit", json_route(self._internal_commit, "internal")
+            ),
+            web.get(
+                "/internal/groups/{group}/offsets",
+                json_route(self._internal_offsets, "internal"),
+            ),
+            web.delete(
+                "/internal/groups/{group}", json_route(self._internal_delete_group, "internal")
+            ),
+            web.get("/internal/groups", json_route(self._internal_list_groups, "internal")),
+        ]
+
+    def _json(
+        self, handler: Callable[[web.Request, dict[str, Any]], Awaitable[Any]], route: str
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def endpoint(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            try:
+                body: dict[str, Any] = {}
+                if request.method in ("POST", "PUT") and request.can_read_body:
+                    try:
+                        parsed = await request.json()
+                    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                        raise HttpError(
+                            400, f"malformed JSON body: {error}", field="body"
+                        ) from None
+                    if not isinstance(parsed, dict):
+                        raise HttpError(400, "the body must be a JSON object", field="body")
+                    body = parsed
+                answer = await handler(request, body)
+                response = answer if isinstance(answer, web.Response) else web.json_response(answer)
+            except HttpError as error:
+                response = error.response()
+            except web.HTTPException as error:
+                response = web.json_response({"error": error.reason}, status=error.status)
+            self._metrics.http_requests.labels(route, request.method, str(response.status)).inc()
+            self._metrics.http_latency.labels(route).observe(time.perf_counter() - started)
+            return response
+
+        return endpoint
+
+    async def _get_metrics(self, request: web.Request) -> web.Response:
+        try:
+            committed, _ = await asyncio.wait_for(self._offsets.gather_committed(), 5.0)
+        except (TimeoutError, OffsetsUnavailableError):
+            committed = {}
+        self._metrics.set_committed(committed)
+        return web.Response(body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE})

@@ -1,0 +1,359 @@
+"""REST on every broker: topics (list, describe, create, delete), messages (produce with
+key, headers and id; read by offset range), groups (list, describe with lag), cluster state,
+and the internal broker-to-broker endpoints (``/internal/...``: produce at the leader,
+committed offsets and groups at their coordinator)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from aiohttp import web
+from flux.protocol.errors import ErrorCode
+from flux.protocol.records import Header, decode_records, iter_batches
+from flux.storage import OffsetOutOfRangeError
+
+from ..groups.offsets_client import OffsetsUnavailableError
+from ..replication.partition import Partition
+from ..replication.peers import FORWARDED_HEADER, PeerUnavailableError
+from ..topics import InvalidTopicError, validate_topic_name
+from .common import (
+    NOT_LEADER_STATUS,
+    HttpApiBase,
+    HttpError,
+    _forwarded_error,
+    _record_from_json,
+    _text_field,
+    message_json,
+)
+
+__all__ = ["RestApi"]
+
+MAX_MESSAGES_PER_REQUEST = 10_000
+MAX_READ_LIMIT = 10_000
+DEFAULT_READ_LIMIT = 100
+READ_MAX_BYTES = 8 << 20
+
+
+def _query_int(request: web.Request, name: str, default: int | None, low: int) -> int | None:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise HttpError(400, f"query parameter {name!r} must be an integer", field=name) from None
+    if value < low:
+        raise HttpError(400, f"query parameter {name!r} must be >= {low}", field=name)
+    return value
+
+
+def _path_int(request: web.Request, name: str) -> int:
+    try:
+        value = int(request.match_info[name])
+    except ValueError:
+        raise HttpError(400, f"{name} must be an integer", field=name) from None
+    if value < 0:
+        raise HttpError(400, f"{name} must be >= 0", field=name)
+    return value
+
+
+class RestApi(HttpApiBase):
+    """Topics, messages, groups, cluster state and the internal endpoints."""
+
+    # -- topics -------------------------------------------------------------------------------
+
+    async def _list_topics(self, request: web.Request, body: dict[str, Any]) -> Any:
+        return {
+            "topics": [
+                {"name": t.name, "partitions": len(t.partitions), "config": t.config_dict()}
+                for t in self._image.topics.values()
+            ]
+        }
+
+    async def _describe_topic(self, request: web.Request, body: dict[str, Any]) -> Any:
+        topic = await self._topic(request.match_info["topic"], create=False)
+        partitions = []
+        for index, state in enumerate(topic.partitions):
+            entry = {
+                "partition": index,
+                "leader": state.leader,
+                "leader_epoch": state.leader_epoch,
+                "replicas": list(state.replicas),
+                "isr": list(state.isr),
+            }
+            local = self._replicas.partition(topic.name, index)
+            if local is not None and local.is_leader:
+                entry.update(
+                    log_start_offset=local.log.log_start_offset,
+                    log_end_offset=local.log_end_offset,
+                    high_watermark=local.high_watermark,
+                )
+            partitions.append(entry)
+        return {
+            "name": topic.name,
+            "topic_id": topic.topic_id,
+            "config": topic.config_dict(),
+            "partitions": partitions,
+        }
+
+    async def _create_topic(self, request: web.Request, body: dict[str, Any]) -> Any:
+        name = _text_field(body, "name", required=True, max_bytes=249)
+        assert name is not None
+        try:
+            validate_topic_name(name)
+        except InvalidTopicError as error:
+            raise HttpError(400, f"name: {error}", field="name") from None
+        configs = body.get("configs", {})
+        if not isinstance(configs, dict) or not all(isinstance(v, str) for v in configs.values()):
+            raise HttpError(400, "field 'configs' must map names to strings", field="configs")
+        request_body: dict[str, Any] = {"name": name, "configs": configs}
+        for field in ("partitions", "replication_factor"):
+            value = body.get(field, -1)
+            if isinstance(value, bool) or not isinstance(value, int) or value == 0 or value < -1:
+                raise HttpError(400, f"field {field!r} must be a positive integer", field=field)
+            request_body["num_partitions" if field == "partitions" else field] = value
+        answer = await self._apis.controller_write("POST", "/controller/topics", request_body)
+        return self._controller_answer(answer, created=201)
+
+    async def _delete_topic(self, request: web.Request, body: dict[str, Any]) -> Any:
+        topic = await self._topic(request.match_info["topic"], create=False)
+        answer = await self._apis.controller_write(
+            "DELETE", f"/controller/topics/{topic.name}", None
+        )
+        return self._controller_answer(answer)
+
+    # -- messages -----------------------------------------------------------------------------
+
+    async def _produce(self, request: web.Request, body: dict[str, Any]) -> Any:
+        topic = await self._topic(request.match_info["topic"], create=True)
+        items = body.get("messages")
+        if items is None:
+            items = [body]
+        if not isinstance(items, list) or not items or len(items) > MAX_MESSAGES_PER_REQUEST:
+            raise HttpError(
+                400,
+                f"field 'messages' must be a list of 1..{MAX_MESSAGES_PER_REQUEST} messages",
+                field="messages",
+            )
+        max_bytes = self._max_message_bytes(topic)
+        records = [
+            _record_from_json(item, value_field="value", max_bytes=max_bytes) for item in items
+        ]
+        return {"offsets": await self._produce_records(topic, records, request)}
+
+    async def _internal_produce(self, request: web.Request, body: dict[str, Any]) -> Any:
+        topic = request.match_info["topic"]
+        index = _path_int(request, "partition")
+        found = self._replicas.partition_for_leader(topic, index)
+        if not isinstance(found, Partition):
+            raise HttpError(
+                NOT_LEADER_STATUS, f"broker {self._broker_id} does not lead {topic}-{index}"
+            )
+        records = [_decode_record(item) for item in body.get("records", [])]
+        if not records:
+            raise HttpError(400, "no records", field="records")
+        return {"offsets": await self.produce_local(found, records)}
+
+    # -- read ---------------------------------------------------------------------------------
+
+    async def _read(self, request: web.Request, body: dict[str, Any]) -> Any:
+        topic = await self._topic(request.match_info["topic"], create=False)
+        index = _path_int(request, "partition")
+        if index >= len(topic.partitions):
+            raise HttpError(404, f"{topic.name} has no partition {index}", field="partition")
+        offset = _query_int(request, "offset", None, 0)
+        limit = _query_int(request, "limit", DEFAULT_READ_LIMIT, 0)
+        assert limit is not None
+        limit = min(limit, MAX_READ_LIMIT)
+        found = self._replicas.partition_for_leader(topic.name, index)
+        if isinstance(found, Partition):
+            return self.read_local(found, offset, limit)
+        leader = self._leader_of(topic.name, index)
+        if FORWARDED_HEADER in request.headers or leader is None or leader == self._broker_id:
+            raise HttpError(
+                NOT_LEADER_STATUS if leader is not None else 503,
+                f"broker {self._broker_id} does not lead {topic.name}-{index}",
+                leader=leader,
+            )
+        try:
+            status, answer = await self._peers.request(leader, "GET", request.path_qs)
+        except PeerUnavailableError as error:
+            raise HttpError(503, f"leader unreachable: {error}") from None
+        if status != 200:
+            raise _forwarded_error(status, answer, leader)
+        return answer
+
+    def read_local(self, partition: Partition, offset: int | None, limit: int) -> dict[str, Any]:
+        start = partition.log.log_start_offset
+        high_watermark = partition.high_watermark
+        if offset is None:
+            offset = start
+        answer: dict[str, Any] = {
+            "topic": partition.topic,
+            "partition": partition.index,
+            "log_start_offset": start,
+            "high_watermark": high_watermark,
+            "messages": [],
+            "next_offset": offset,
+        }
+        if offset < start or offset > high_watermark:
+            raise HttpError(
+                416,
+                f"offset {offset} is outside {start}..{high_watermark}",
+                field="offset",
+                log_start_offset=start,
+                high_watermark=high_watermark,
+            )
+        messages = answer["messages"]
+        position = offset
+        while position < high_watermark and len(messages) < limit:
+            try:
+                data = partition.log.read(position, READ_MAX_BYTES, max_offset=high_watermark)
+            except OffsetOutOfRangeError:
+                break
+            before = position
+            for header, raw in iter_batches(data):
+                if header.is_control:
+                    position = max(position, header.next_offset)
+                    continue
+                for record in decode_records(bytes(raw), verify_crc=False):
+                    if record.offset < position or record.offset >= high_watermark:
+                        continue
+                    if len(messages) >= limit:
+                        break
+                    messages.append(message_json(record, partition.topic, partition.index))
+                    position = record.offset + 1
+                if len(messages) >= limit:
+                    break
+                position = max(position, min(header.next_offset, high_watermark))
+            if position == before:
+                break
+        answer["next_offset"] = position
+        return answer
+
+    # -- groups -------------------------------------------------------------------------------
+
+    async def _list_groups(self, request: web.Request, body: dict[str, Any]) -> Any:
+        names: dict[str, dict[str, Any]] = {}
+        for broker_id in self._image.live_broker_ids():
+            if broker_id == self._broker_id:
+                groups = self._groups.list_groups()
+            else:
+                try:
+                    status, answer = await self._peers.request(
+                        broker_id, "GET", "/internal/groups", timeout_s=3.0
+                    )
+                except PeerUnavailableError:
+                    continue
+                groups = answer.get("groups", []) if status == 200 else []
+            for group in groups:
+                names[group["group_id"]] = group
+        return {"groups": [names[name] for name in sorted(names)]}
+
+    async def _describe_group(self, request: web.Request, body: dict[str, Any]) -> Any:
+        group_id = request.match_info["group"]
+        try:
+            committed = await self._offsets.fetch(group_id)
+        except OffsetsUnavailableError as error:
+            raise HttpError(503, str(error)) from None
+        offsets = []
+        for (topic, index), offset in sorted(committed.items()):
+            entry: dict[str, Any] = {"topic": topic, "partition": index, "committed": offset}
+            end = await self._high_watermark(topic, index)
+            if end is not None:
+                entry["high_watermark"] = end
+                entry["lag"] = max(end - offset, 0) if offset >= 0 else None
+            offsets.append(entry)
+        if not offsets and group_id not in {g["group_id"] for g in self._groups.list_groups()}:
+            coordinator = self._groups.coordinator_of(group_id)
+            if coordinator == self._broker_id:
+                raise HttpError(404, f"unknown group {group_id!r}", field="group")
+        return {"group": group_id, "offsets": offsets}
+
+    # -- cluster ------------------------------------------------------------------------------
+
+    async def _cluster(self, request: web.Request, body: dict[str, Any]) -> Any:
+        image = self._image
+        return {
+            "broker_id": self._broker_id,
+            "metadata_version": image.version,
+            "brokers": [
+                {
+                    "id": b.broker_id,
+                    "kafka": f"{b.kafka_host}:{b.kafka_port}",
+                    "http": f"{b.http_host}:{b.http_port}",
+                    "rack": b.rack,
+                    "fenced": b.fenced,
+                }
+                for b in image.brokers.values()
+            ],
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition": i,
+                            "leader": s.leader,
+                            "isr": list(s.isr),
+                            "replicas": list(s.replicas),
+                        }
+                        for i, s in enumerate(t.partitions)
+                    ],
+                }
+                for t in image.topics.values()
+            ],
+            "subscriptions": len(image.subscriptions),
+        }
+
+    # -- internal -----------------------------------------------------------------------------
+
+    async def _internal_committed(self, request: web.Request, body: dict[str, Any]) -> Any:
+        return self._groups.committed_snapshot()
+
+    async def _internal_list_groups(self, request: web.Request, body: dict[str, Any]) -> Any:
+        return {"groups": self._groups.list_groups()}
+
+    async def _internal_commit(self, request: web.Request, body: dict[str, Any]) -> Any:
+        group_id = request.match_info["group"]
+        offsets = body.get("offsets")
+        if not isinstance(offsets, list):
+            raise HttpError(400, "offsets must be a list", field="offsets")
+        try:
+            triples = [(str(t), int(p), int(o)) for t, p, o in offsets]
+        except (TypeError, ValueError):
+            raise HttpError(
+                400, "offsets are [topic, partition, offset]", field="offsets"
+            ) from None
+        errors = await self._offsets.commit_local(group_id, triples)
+        return web.json_response({"errors": errors}, status=200 if not errors else 503)
+
+    async def _internal_offsets(self, request: web.Request, body: dict[str, Any]) -> Any:
+        group_id = request.match_info["group"]
+        error, topics = self._groups.fetch_offsets(group_id, None)
+        if error != ErrorCode.NONE:
+            raise HttpError(NOT_LEADER_STATUS, f"error {error.name}", code=error.name)
+        return {
+            "offsets": [
+                [topic["name"], part["partition_index"], part["committed_offset"]]
+                for topic in topics
+                for part in topic["partitions"]
+            ]
+        }
+
+    async def _internal_delete_group(self, request: web.Request, body: dict[str, Any]) -> Any:
+        error = await self._groups.delete_group(request.match_info["group"])
+        return {"error_code": int(error)}
+
+
+def _decode_record(item: Any) -> tuple[bytes | None, bytes, list[Header]]:
+    try:
+        key = None if item["key"] is None else base64.b64decode(item["key"])
+        value = base64.b64decode(item["value"])
+        headers: list[Header] = [
+            (str(k), None if v is None else base64.b64decode(v)) for k, v in item["headers"]
+        ]
+    except (KeyError, TypeError, ValueError, binascii.Error):
+        raise HttpError(400, "malformed forwarded record", field="records") from None
+    return key, value, headers

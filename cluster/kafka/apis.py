@@ -1,0 +1,149 @@
+"""Kafka request dispatch of a broker.
+
+``KafkaApis.handle`` receives the decoded header and body from the listener, answers each API
+in the version ranges of ``ADVERTISED_VERSIONS`` (a subset of what the codec implements), and
+returns the encoded response frame.
+
+Reads of cluster state (Metadata, DescribeCluster, DescribeConfigs) answer from this broker's
+metadata image. Admin writes (CreateTopics, DeleteTopics, CreatePartitions, auto-creation) are
+forwarded to the active controller, and answered once this broker's image shows their effect.
+Produce, Fetch and ListOffsets are served only by a partition's leader in a compatible leader
+epoch; other brokers answer ``NOT_LEADER_OR_FOLLOWER``, a stale client epoch gets
+``FENCED_LEADER_EPOCH``. Per-partition problems become per-partition error codes; nothing a
+client sends can make the broker drop data it already acknowledged.
+
+The handlers are mixins, one module per API family: ``metadata`` (Metadata, DescribeCluster),
+``produce``, ``fetch`` (Fetch, ListOffsets), ``admin`` (CreateTopics, DeleteTopics,
+CreatePartitions, DescribeConfigs), ``groups`` (the group coordinator's APIs) and
+``producer_ids`` (InitProducerId); ``common`` holds the state they share. ApiVersions is
+answered here, from ``ADVERTISED_VERSIONS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flux.protocol.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_response
+from flux.protocol.errors import ErrorCode, UnsupportedVersionError
+
+from ..config import NodeConfig
+from ..groups.coordinator import GroupCoordinator
+from ..metadata.controller_client import ControllerClient
+from ..metadata.lifecycle import BrokerLifecycle
+from ..replication.replica_manager import ReplicaManager
+from .admin import AdminApis
+from .fetch import FetchApis
+from .groups import GroupApis
+from .metadata import MetadataApis
+from .produce import ProduceApis
+from .producer_ids import ProducerIdApis, ProducerIdManager
+from .server import ConnectionInfo
+
+__all__ = ["ADVERTISED_VERSIONS", "KafkaApis"]
+
+# The APIs this broker answers, each in the codec's full range except where capped below.
+_IMPLEMENTED_APIS = (
+    ApiKey.PRODUCE,
+    ApiKey.FETCH,
+    ApiKey.LIST_OFFSETS,
+    ApiKey.METADATA,
+    ApiKey.API_VERSIONS,
+    ApiKey.CREATE_TOPICS,
+    ApiKey.DELETE_TOPICS,
+    ApiKey.CREATE_PARTITIONS,
+    ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.DESCRIBE_CLUSTER,
+    ApiKey.INIT_PRODUCER_ID,
+    ApiKey.FIND_COORDINATOR,
+    ApiKey.JOIN_GROUP,
+    ApiKey.SYNC_GROUP,
+    ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP,
+    ApiKey.OFFSET_COMMIT,
+    ApiKey.OFFSET_FETCH,
+    ApiKey.LIST_GROUPS,
+    ApiKey.DESCRIBE_GROUPS,
+    ApiKey.DELETE_GROUPS,
+)
+# ListOffsets v7 adds MAX_TIMESTAMP lookups (-3); InitProducerId v5+ is for transactions 2.0.
+# OffsetFetch v8 batches groups; v7 serves every client we test.
+_VERSION_CAPS = {ApiKey.LIST_OFFSETS: 6, ApiKey.INIT_PRODUCER_ID: 4, ApiKey.OFFSET_FETCH: 7}
+ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
+    key: (SUPPORTED_VERSIONS[key][0], min(SUPPORTED_VERSIONS[key][1], _VERSION_CAPS.get(key, 99)))
+    for key in _IMPLEMENTED_APIS
+}
+
+
+class KafkaApis(MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, ProducerIdApis):
+    """Answers Kafka requests against this broker's ``ReplicaManager`` and metadata image."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        replicas: ReplicaManager,
+        controller: ControllerClient,
+        lifecycle: BrokerLifecycle,
+        producer_ids: ProducerIdManager,
+        groups: GroupCoordinator,
+    ) -> None:
+        self._config = config
+        self._replicas = replicas
+        self._controller = controller
+        self._lifecycle = lifecycle
+        self._producer_ids = producer_ids
+        self._groups = groups
+        self._node_id = config.node.id
+        # Metadata, DescribeCluster, FindCoordinator and JoinGroup also need the connection
+        # and are dispatched in ``handle``.
+        self._handlers = {
+            ApiKey.API_VERSIONS: self._api_versions,
+            ApiKey.PRODUCE: self._produce,
+            ApiKey.FETCH: self._fetch,
+            ApiKey.LIST_OFFSETS: self._list_offsets,
+            ApiKey.CREATE_TOPICS: self._create_topics,
+            ApiKey.DELETE_TOPICS: self._delete_topics,
+            ApiKey.CREATE_PARTITIONS: self._create_partitions,
+            ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+            ApiKey.SYNC_GROUP: self._sync_group,
+            ApiKey.HEARTBEAT: self._heartbeat,
+            ApiKey.LEAVE_GROUP: self._leave_group,
+            ApiKey.OFFSET_COMMIT: self._offset_commit,
+            ApiKey.OFFSET_FETCH: self._offset_fetch,
+            ApiKey.LIST_GROUPS: self._list_groups,
+            ApiKey.DESCRIBE_GROUPS: self._describe_groups,
+            ApiKey.DELETE_GROUPS: self._delete_groups,
+        }
+
+    async def handle(
+        self, header: RequestHeader, body: dict[str, Any], connection: ConnectionInfo
+    ) -> bytes | None:
+        low, high = ADVERTISED_VERSIONS.get(header.api_key, (1, 0))
+        if not low <= header.api_version <= high:
+            raise UnsupportedVersionError(header.api_key, header.api_version, header.correlation_id)
+        if header.api_key == ApiKey.JOIN_GROUP:
+            response = await self._join_group(header, body, connection.peer)
+        elif header.api_key == ApiKey.METADATA:
+            # Broker addresses are answered on the listener the client came in on.
+            response = await self._metadata(header, body, connection.listener)
+        elif header.api_key == ApiKey.DESCRIBE_CLUSTER:
+            response = await self._describe_cluster(header, body, connection.listener)
+        elif header.api_key == ApiKey.FIND_COORDINATOR:
+            response = await self._find_coordinator(header, body, connection.listener)
+        else:
+            response = await self._handlers[header.api_key](header, body)
+        if response is None:
+            return None
+        return encode_response(header, response)
+
+    # -- ApiVersions --------------------------------------------------------------------------
+
+    async def _api_versions(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "error_code": ErrorCode.NONE,
+            "api_keys": [
+                {"api_key": int(key), "min_version": low, "max_version": high}
+                for key, (low, high) in sorted(ADVERTISED_VERSIONS.items())
+            ],
+            "throttle_time_ms": 0,
+        }

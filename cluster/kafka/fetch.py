@@ -1,0 +1,192 @@
+"""Fetch and ListOffsets: reads of a partition's leader up to its high watermark (long-polled
+until ``min_bytes``), and offsets by time (earliest, latest or a timestamp)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flux.protocol.api import RequestHeader
+from flux.protocol.errors import CorruptRecordError, ErrorCode
+from flux.protocol.records import decode_records
+from flux.storage import OffsetOutOfRangeError
+
+from ..replication.replica_manager import Partition
+from .common import KafkaApisBase, log
+
+__all__ = ["FetchApis"]
+
+EARLIEST_TIMESTAMP = -2
+DEBUGGING_REPLICA_ID = -2
+LATEST_TIMESTAMP = -1
+
+
+class FetchApis(KafkaApisBase):
+    """Fetch and ListOffsets, served by a partition's leader (ListOffsets from the debugging
+    replica id by any replica)."""
+
+    # -- Fetch --------------------------------------------------------------------------------
+
+    async def _fetch(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("session_id", 0) != 0:
+            return {
+                "throttle_time_ms": 0,
+                "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                "session_id": 0,
+                "responses": [],
+            }
+        broker = self._config.broker
+        max_wait_s = min(max(body["max_wait_ms"], 0), broker.request_timeout_ms) / 1000
+        min_bytes = max(body["min_bytes"], 0)
+        max_bytes = min(body.get("max_bytes", broker.fetch_max_bytes), broker.fetch_max_bytes)
+        read_committed = body.get("isolation_level", 0) == 1
+        deadline = time.monotonic() + max_wait_s
+        requests = [
+            (topic["topic"], partition)
+            for topic in body["topics"]
+            for partition in topic["partitions"]
+        ]
+        while True:
+            responses, total_bytes, has_error = self._read_partitions(
+                requests, max_bytes, read_committed
+            )
+            remaining_s = deadline - time.monotonic()
+            if total_bytes >= min_bytes or has_error or remaining_s <= 0:
+                break
+            partitions = [
+                found
+                for name, request in requests
+                if isinstance(
+                    found := self._replicas.partition_for_leader(name, request["partition"]),
+                    Partition,
+                )
+            ]
+            await self._replicas.wait_for_data(partitions, remaining_s)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.NONE,
+            "session_id": 0,
+            "responses": responses,
+        }
+
+    def _read_partitions(
+        self, requests: list[tuple[str, dict[str, Any]]], max_bytes: int, read_committed: bool
+    ) -> tuple[list[dict[str, Any]], int, bool]:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        total_bytes = 0
+        has_error = False
+        for name, request in requests:
+            index = request["partition"]
+            result: dict[str, Any] = {
+                "partition_index": index,
+                "error_code": ErrorCode.NONE,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": [] if read_committed else None,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            by_topic.setdefault(name, []).append(result)
+            found = self._replicas.partition_for_leader(
+                name, index, request.get("current_leader_epoch", -1)
+            )
+            if isinstance(found, ErrorCode):
+                result["error_code"] = found
+                has_error = True
+                continue
+            partition = found
+            high_watermark = partition.high_watermark
+            result["high_watermark"] = high_watermark
+            result["last_stable_offset"] = high_watermark
+            result["log_start_offset"] = partition.log.log_start_offset
+            budget = min(request["partition_max_bytes"], max_bytes - total_bytes)
+            if budget <= 0 and total_bytes > 0:
+                continue
+            try:
+                data = partition.log.read(
+                    request["fetch_offset"], max(budget, 1), max_offset=high_watermark
+                )
+            except OffsetOutOfRangeError:
+                result["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+                has_error = True
+                continue
+            except OSError as error:
+                log.error("cannot read %s-%d: %s", name, index, error)
+                result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+                has_error = True
+                continue
+            result["records"] = data
+            total_bytes += len(data)
+        responses = [{"topic": name, "partitions": parts} for name, parts in by_topic.items()]
+        return responses, total_bytes, has_error
+
+    # -- ListOffsets --------------------------------------------------------------------------
+
+    async def _list_offsets(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        topics = []
+        # Kafka's debugging replica id: any replica answers from its own log, and "latest"
+        # means its log end offset (how tools read a follower's position).
+        any_replica = body.get("replica_id", -1) == DEBUGGING_REPLICA_ID
+        for topic in body["topics"]:
+            partitions = [
+                self._list_offset(topic["name"], request, header.api_version, any_replica)
+                for request in topic["partitions"]
+            ]
+            topics.append({"name": topic["name"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    def _list_offset(
+        self, name: str, request: dict[str, Any], version: int, any_replica: bool = False
+    ) -> dict[str, Any]:
+        index = request["partition_index"]
+        result: dict[str, Any] = {
+            "partition_index": index,
+            "error_code": ErrorCode.NONE,
+            "old_style_offsets": [],
+            "timestamp": -1,
+            "offset": -1,
+            "leader_epoch": -1,
+        }
+        if any_replica:
+            local = self._replicas.partition(name, index)
+            found = local if local is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        else:
+            found = self._replicas.partition_for_leader(
+                name, index, request.get("current_leader_epoch", -1)
+            )
+        if isinstance(found, ErrorCode):
+            result["error_code"] = found
+            return result
+        partition = found
+        result["leader_epoch"] = partition.leader_epoch
+        timestamp = request["timestamp"]
+        if timestamp == EARLIEST_TIMESTAMP:
+            result["offset"] = partition.log.log_start_offset
+        elif timestamp == LATEST_TIMESTAMP:
+            result["offset"] = partition.log_end_offset if any_replica else partition.high_watermark
+        elif timestamp < 0:
+            result["error_code"] = ErrorCode.INVALID_REQUEST
+            return result
+        else:
+            at = self._offset_for_timestamp(partition, timestamp)
+            if at is not None:
+                result["offset"], result["timestamp"] = at
+        if version == 0 and result["offset"] >= 0:
+            result["old_style_offsets"] = [result["offset"]]
+        return result
+
+    def _offset_for_timestamp(self, partition: Partition, timestamp: int) -> tuple[int, int] | None:
+        found = partition.log.offset_for_timestamp(timestamp)
+        if found is None:
+            return None
+        _, batch = found
+        try:
+            for record in decode_records(batch):
+                if record.timestamp >= timestamp and record.offset < partition.high_watermark:
+                    return record.offset, record.timestamp
+        except CorruptRecordError:
+            log.error(
+                "batch of %s-%d cannot be decoded for ListOffsets", partition.topic, partition.index
+            )
+        return None

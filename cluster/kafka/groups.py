@@ -1,0 +1,118 @@
+"""Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups and DeleteGroups, answered by the
+broker's ``GroupCoordinator``; creation of ``__consumer_offsets``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flux.protocol.api import RequestHeader
+from flux.protocol.errors import ErrorCode
+
+from ..groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from .common import KafkaApisBase
+
+__all__ = ["GroupApis"]
+
+
+class GroupApis(KafkaApisBase):
+    """The group coordinator's Kafka APIs (FindCoordinator and JoinGroup are dispatched with
+    the client's listener and address)."""
+
+    _groups: GroupCoordinator
+
+    # -- consumer groups ----------------------------------------------------------------------
+
+    async def _find_coordinator(
+        self, header: RequestHeader, body: dict[str, Any], listener: str
+    ) -> dict[str, Any]:
+        if header.api_version >= 4:
+            keys = [(key, body.get("key_type", 0)) for key in body["coordinator_keys"]]
+        else:
+            keys = [(body["key"], body.get("key_type", 0))]
+        answers = await self._groups.find_coordinator(keys, listener)
+        if header.api_version >= 4:
+            return {"throttle_time_ms": 0, "coordinators": answers}
+        answer = answers[0]
+        return {"throttle_time_ms": 0, **{k: v for k, v in answer.items() if k != "key"}}
+
+    async def _join_group(
+        self, header: RequestHeader, body: dict[str, Any], peer: str = ""
+    ) -> dict[str, Any]:
+        response = await self._groups.join_group(
+            body,
+            version=header.api_version,
+            client_id=header.client_id or "",
+            client_host="/" + peer.rpartition(":")[0],
+        )
+        return {"throttle_time_ms": 0, **response}
+
+    async def _sync_group(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, **await self._groups.sync_group(body)}
+
+    async def _heartbeat(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, "error_code": self._groups.heartbeat(body)}
+
+    async def _leave_group(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self._groups.leave_group(body, version=header.api_version)
+        return {"throttle_time_ms": 0, **response}
+
+    async def _offset_commit(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, **await self._groups.commit_offsets(body)}
+
+    async def _offset_fetch(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        error, topics = self._groups.fetch_offsets(body["group_id"], body.get("topics"))
+        if error != ErrorCode.NONE and header.api_version < 2:
+            # v0-1 have no top-level error: report it on every partition asked for.
+            topics = [
+                {
+                    "name": topic["name"],
+                    "partitions": [
+                        {
+                            "partition_index": index,
+                            "committed_offset": -1,
+                            "metadata": "",
+                            "error_code": error,
+                        }  # fmt: skip
+                        for index in topic["partition_indexes"]
+                    ],
+                }
+                for topic in body.get("topics") or []
+            ]
+        return {"throttle_time_ms": 0, "error_code": error, "topics": topics}
+
+    async def _list_groups(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        groups = self._groups.list_groups()
+        states = body.get("states_filter") or []
+        if states:
+            groups = [g for g in groups if g.get("group_state") in states]
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
+
+    async def _describe_groups(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "throttle_time_ms": 0,
+            "groups": [self._groups.describe_group(group_id) for group_id in body["groups"]],
+        }
+
+    async def _delete_groups(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for group_id in body["groups_names"]:
+            results.append(
+                {"group_id": group_id, "error_code": await self._groups.delete_group(group_id)}
+            )
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def create_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` (FindCoordinator's first call), replicated like any
+        topic on up to three brokers; an existing topic is fine."""
+        live = len(self._image.live_broker_ids())
+        await self._forward(
+            "POST",
+            "/controller/topics",
+            {
+                "name": OFFSETS_TOPIC,
+                "num_partitions": self._config.broker.offsets_topic_partitions,
+                "replication_factor": max(1, min(3, live)),
+                "configs": {},
+            },
+        )

@@ -1,0 +1,139 @@
+"""Produce: appends as partition leader, with acks 0, 1 or all (``acks=all`` waits for the
+high watermark), ``min.insync.replicas`` and ``max.message.bytes`` checked first."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from flux.protocol.api import RequestHeader
+from flux.protocol.errors import CorruptRecordError, ErrorCode
+from flux.storage import CorruptBatchError
+
+from ..replication.partition import ProducerRejectedError
+from ..replication.replica_manager import Partition
+from .common import KafkaApisBase, log
+
+__all__ = ["ProduceApis"]
+
+_BATCH_LENGTH_OFFSET = 8
+_BATCH_OVERHEAD = 12
+
+
+class ProduceApis(KafkaApisBase):
+    """Produce, served by a partition's leader."""
+
+    # -- Produce ------------------------------------------------------------------------------
+
+    async def _produce(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any] | None:
+        acks = body["acks"]
+        responses = []
+        waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]] = []
+        for topic_data in body["topic_data"]:
+            name = topic_data["name"]
+            partition_responses = []
+            for partition_data in topic_data["partition_data"]:
+                index = partition_data["index"]
+                if acks not in (0, 1, -1):
+                    partition_responses.append(
+                        _partition_result(index, ErrorCode.INVALID_REQUIRED_ACKS)
+                    )
+                    continue
+                found = self._replicas.partition_for_leader(name, index)
+                if isinstance(found, ErrorCode):
+                    partition_responses.append(_partition_result(index, found))
+                    continue
+                result, last_offset = self._append(found, partition_data["records"], acks)
+                partition_responses.append(result)
+                if acks == -1 and last_offset is not None:
+                    waiting.append((result, found.add_delayed_produce(last_offset + 1)))
+            responses.append({"name": name, "partition_responses": partition_responses})
+        if waiting:
+            await self._await_replication(waiting, body["timeout_ms"])
+        if acks == 0:
+            return None
+        return {"responses": responses, "throttle_time_ms": 0}
+
+    async def _await_replication(
+        self, waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]], timeout_ms: int
+    ) -> None:
+        """acks=all: wait until the high watermark passes every appended batch, or time out
+        (REQUEST_TIMED_OUT; the data may still be replicated later, as in Kafka)."""
+        timeout_s = min(max(timeout_ms, 0), self._config.broker.request_timeout_ms) / 1000
+        futures = [future for _, future in waiting]
+        await asyncio.wait(futures, timeout=timeout_s)
+        for result, future in waiting:
+            if not future.done():
+                future.cancel()
+                result["error_code"] = ErrorCode.REQUEST_TIMED_OUT
+                result["error_message"] = "the in-sync replicas did not acknowledge in time"
+            elif future.result() != ErrorCode.NONE:
+                result["error_code"] = future.result()
+                result["error_message"] = future.result().message
+
+    def _append(
+        self, partition: Partition, records: bytes | None, acks: int
+    ) -> tuple[dict[str, Any], int | None]:
+        """Append as leader: the partition result and, on success, the last offset written."""
+        index = partition.index
+        config = partition.config
+        if not records:
+            return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, "no record batches"), None
+        min_insync = config.get("min.insync.replicas")
+        if acks == -1 and len(partition.state.isr) < min_insync:
+            return _partition_result(
+                index,
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"in-sync replicas {len(partition.state.isr)} < min.insync.replicas {min_insync}",
+            ), None
+        oversized = _oversized_batch(records, config.get("max.message.bytes"))
+        if oversized is not None:
+            return _partition_result(index, ErrorCode.MESSAGE_TOO_LARGE, oversized), None
+        try:
+            result = self._replicas.append(partition, records)
+        except (CorruptBatchError, CorruptRecordError) as error:
+            log.warning("rejected batch for %s-%d: %s", partition.topic, index, error)
+            return _partition_result(index, ErrorCode.CORRUPT_MESSAGE, str(error)), None
+        except ProducerRejectedError as error:
+            return _partition_result(index, error.error, str(error)), None
+        except OSError as error:
+            log.error("cannot append to %s-%d: %s", partition.topic, index, error)
+            return _partition_result(index, ErrorCode.KAFKA_STORAGE_ERROR, str(error)), None
+        return {
+            "index": index,
+            "error_code": ErrorCode.NONE,
+            "base_offset": result.base_offset,
+            "log_append_time_ms": result.log_append_time_ms,
+            "log_start_offset": partition.log.log_start_offset,
+            "record_errors": [],
+            "error_message": None,
+        }, result.last_offset
+
+
+def _oversized_batch(records: bytes | memoryview, limit: int) -> str | None:
+    """Describe the first batch larger than ``limit`` bytes, or return None."""
+    view = memoryview(records)
+    position = 0
+    while position + _BATCH_OVERHEAD <= len(view):
+        size = int.from_bytes(
+            view[position + _BATCH_LENGTH_OFFSET : position + _BATCH_OVERHEAD], "big", signed=True
+        )
+        size += _BATCH_OVERHEAD
+        if size > limit:
+            return f"record batch of {size} bytes exceeds max.message.bytes {limit}"
+        if size <= _BATCH_OVERHEAD:
+            return None  # malformed framing: storage validation names the problem
+        position += size
+    return None
+
+
+def _partition_result(index: int, error: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": error,
+        "base_offset": -1,
+        "log_append_time_ms": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message,
+    }
