@@ -266,6 +266,11 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "preferred_leader_election_delay_ms": _Key(
             5000, _int(0), "how long a preferred leader must be electable before it is restored"
         ),
+        "metadata_deltas_max": _Key(
+            10_000,
+            _int(1),
+            "metadata commands kept to send brokers as deltas; one further behind gets a snapshot",
+        ),
         "election_timeout_min_ms": _Key(400, _int(50), "Raft election timeout, lower bound"),
         "election_timeout_max_ms": _Key(1000, _int(100), "Raft election timeout, upper bound"),
     },

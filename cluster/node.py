@@ -40,7 +40,7 @@ from .http.push import PushManager, PushSettings
 from .http.server import BrokerHttpServer
 from .kafka.apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka.producer_ids import ProducerIdManager
-from .kafka.server import KafkaServer
+from .kafka.server import Deferred, KafkaServer
 from .launcher import READY_FILE, STATE_FILE
 from .metadata.controller_client import ControllerClient
 from .metadata.lifecycle import BrokerLifecycle
@@ -129,6 +129,7 @@ class Node:
                 data_dir=config.data_dir / "controller",
                 secret=controller.secret,
                 session_timeout_ms=controller.session_timeout_ms,
+                metadata_deltas_max=controller.metadata_deltas_max,
                 preferred_leader_election_delay_ms=controller.preferred_leader_election_delay_ms,
                 default_partitions=config.topic.partitions,
                 default_replication_factor=config.topic.replication_factor,
@@ -261,6 +262,9 @@ class Node:
             "healthy": registered,
             "node_id": self.config.node.id,
             "metadata_version": self.replicas.image.version if self.replicas else 0,
+            # How metadata arrived: commands replayed as deltas, and whole images (snapshots).
+            "metadata_deltas": lifecycle.metadata_deltas if lifecycle is not None else 0,
+            "metadata_snapshots": lifecycle.metadata_snapshots if lifecycle is not None else 0,
             "state": lifecycle.state if lifecycle is not None else "starting",
         }
 
@@ -336,19 +340,29 @@ def run_node(config: NodeConfig) -> None:
 
 
 def _measured(handle: Any, metrics: BrokerMetrics) -> Any:
-    """``KafkaApis.handle`` counting requests and timing them by API."""
+    """``KafkaApis.handle`` counting requests and timing them by API (a deferred response
+    until it is complete)."""
 
-    async def measured(header: Any, body: dict[str, Any], connection: Any) -> bytes | None:
-        started = time.perf_counter()
+    def observe(api_key: int, started: float) -> None:
         try:
-            return await handle(header, body, connection)  # type: ignore[no-any-return]
+            api = ApiKey(api_key).name
+        except ValueError:
+            api = str(api_key)
+        metrics.kafka_requests.labels(api).inc()
+        metrics.kafka_latency.labels(api).observe(time.perf_counter() - started)
+
+    async def measured(header: Any, body: dict[str, Any], connection: Any) -> Any:
+        started = time.perf_counter()
+        deferred = False
+        try:
+            response = await handle(header, body, connection)
+            if isinstance(response, Deferred):
+                deferred = True
+                response.task.add_done_callback(lambda _: observe(header.api_key, started))
+            return response
         finally:
-            try:
-                api = ApiKey(header.api_key).name
-            except ValueError:
-                api = str(header.api_key)
-            metrics.kafka_requests.labels(api).inc()
-            metrics.kafka_latency.labels(api).observe(time.perf_counter() - started)
+            if not deferred:
+                observe(header.api_key, started)
 
     return measured
 

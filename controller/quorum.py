@@ -22,6 +22,9 @@ Guarantees and how they are kept (see ``/work/shared/notes/pysyncobj.md`` for th
   new leader never computes records from an image that lags the log. The barrier carries the
   ``ControllerActivated`` record: from then on brokers count as alive only once this leader
   hears from them (see ``election.py``).
+- The loop side keeps the records of the last ``MAX_DELTA_VERSIONS`` applied commands
+  (``records_since``), so followers of the metadata get the records since the version they
+  hold, not the whole image (Kafka's metadata log); after a snapshot load it starts over.
 - Journal and snapshot live in ``data_dir``. A journal or snapshot that cannot be loaded is
   moved aside (``<name>.corrupt-<timestamp>``, logged at ERROR) and the node starts as an
   empty member that resyncs from its peers, never with silently partial state.
@@ -30,7 +33,9 @@ Guarantees and how they are kept (see ``/work/shared/notes/pysyncobj.md`` for th
 from __future__ import annotations
 
 import asyncio
+import collections
 import gzip
+import itertools
 import logging
 import os
 import time
@@ -68,6 +73,11 @@ MAX_REMEMBERED_REQUESTS = 10_000
 MAX_RECORDS_PER_PROPOSAL = 100_000
 MAX_REQUEST_ID_LENGTH = 200
 MAX_PENDING_PROPOSALS = 10_000
+#: Applied commands whose records are kept for metadata followers (``records_since``); one
+#: further behind gets the whole image.
+MAX_DELTA_VERSIONS = 10_000
+#: ... and at most this many records in all (a topic of 10,000 partitions is one record).
+MAX_DELTA_RECORDS = 200_000
 JOURNAL_NAME = "raft.journal"
 DUMP_NAME = "raft.dump"
 _BARRIER_PREFIX = "leader-barrier:"
@@ -127,7 +137,10 @@ class _MetadataStateMachine(SyncObjConsumer):
     only the attributes added after it).
     """
 
-    def __init__(self, notify: Callable[[MetadataImage, str | None, bool], None]) -> None:
+    def __init__(
+        self,
+        notify: Callable[[MetadataImage, str | None, bool, list[dict[str, Any]]], None],
+    ) -> None:
         self._notify = notify
         super().__init__()
         self.image: MetadataImage = MetadataImage.EMPTY
@@ -150,13 +163,13 @@ class _MetadataStateMachine(SyncObjConsumer):
             accepted = False
         while len(self.applied) > MAX_REMEMBERED_REQUESTS:
             del self.applied[next(iter(self.applied))]
-        self._notify(self.image, request_id, accepted)
+        self._notify(self.image, request_id, accepted, record_dicts if accepted else [])
         return self.image
 
     def _deserialize(self, data: Mapping[str, Any]) -> None:
         super()._deserialize(data)
         _log.info("metadata state restored from a snapshot at version %d", self.image.version)
-        self._notify(self.image, None, True)
+        self._notify(self.image, None, True, [])
 
 
 class MetadataQuorum:
@@ -178,6 +191,7 @@ class MetadataQuorum:
         log_compaction_min_entries: int = 1000,
         election_timeout_s: tuple[float, float] = (0.4, 1.0),
         bind_address: str | None = None,
+        max_delta_versions: int = MAX_DELTA_VERSIONS,
     ) -> None:
         if not secret:
             raise ValueError("the Raft secret must not be empty: peers exchange pickled messages")
@@ -192,6 +206,12 @@ class MetadataQuorum:
         self._leader_ready = False
         self._pending: dict[str, asyncio.Future[MetadataImage]] = {}
         self._closed = False
+        # (version, record dicts) of the last applied commands, oldest first, contiguous; the
+        # image at ``_delta_base`` is where they start (loop side only).
+        self._deltas: collections.deque[tuple[int, list[dict[str, Any]]]] = collections.deque()
+        self._delta_base = 0
+        self._delta_records = 0
+        self._max_delta_versions = max_delta_versions
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -225,7 +245,11 @@ class MetadataQuorum:
     # -- pysyncobj thread side: only forward ------------------------------------------------
 
     def _on_applied_in_raft_thread(
-        self, image: MetadataImage, request_id: str | None, accepted: bool
+        self,
+        image: MetadataImage,
+        request_id: str | None,
+        accepted: bool,
+        record_dicts: list[dict[str, Any]],
     ) -> None:
         sync = self._machine._syncObj
         snapshot_pending = getattr(sync, "_SyncObj__needLoadDumpFile", False)
@@ -234,7 +258,7 @@ class MetadataQuorum:
             # not bound yet; loading the snapshot then replaces this state, so publishing these
             # intermediate images would only show brokers states that never existed.
             return
-        self._to_loop(self._on_applied, image, request_id, accepted)
+        self._to_loop(self._on_applied, image, request_id, accepted, record_dicts)
 
     def _on_state_changed_in_raft_thread(self, old_state: int, new_state: int) -> None:
         sync = self._machine._syncObj
@@ -256,8 +280,15 @@ class MetadataQuorum:
 
     # -- loop side ------------------------------------------------------------------------
 
-    def _on_applied(self, image: MetadataImage, request_id: str | None, accepted: bool) -> None:
+    def _on_applied(
+        self,
+        image: MetadataImage,
+        request_id: str | None,
+        accepted: bool,
+        record_dicts: list[dict[str, Any]],
+    ) -> None:
         if image.version >= self._image.version or request_id is None:
+            self._remember_delta(image, request_id, accepted, record_dicts)
             self._image = image
             if self._on_image_callback is not None:
                 self._on_image_callback(image)
@@ -267,6 +298,46 @@ class MetadataQuorum:
                 future.set_result(image)
             else:
                 future.set_exception(InvalidRecordError(f"request {request_id} was rejected"))
+
+    def _remember_delta(
+        self,
+        image: MetadataImage,
+        request_id: str | None,
+        accepted: bool,
+        record_dicts: list[dict[str, Any]],
+    ) -> None:
+        if not accepted or image.version == self._image.version:
+            return
+        if request_id is None or image.version != self._image.version + 1:
+            # A snapshot was loaded (or versions jumped): deltas start over from here.
+            self._deltas.clear()
+            self._delta_base = image.version
+            self._delta_records = 0
+            return
+        self._deltas.append((image.version, record_dicts))
+        self._delta_records += len(record_dicts)
+        while self._deltas and (
+            len(self._deltas) > self._max_delta_versions
+            or self._delta_records > MAX_DELTA_RECORDS
+        ):
+            version, dropped = self._deltas.popleft()
+            self._delta_base = version
+            self._delta_records -= len(dropped)
+
+    def records_since(self, version: int) -> list[tuple[int, list[dict[str, Any]]]] | None:
+        """The records of every command applied after ``version``, as ``(version, record
+        dicts)`` in order; None when they are no longer kept (or ``version`` is not one this
+        controller went through): the caller then needs the whole image."""
+        if version < self._delta_base or version > self._image.version:
+            return None
+        if version == self._image.version:
+            return []
+        start = len(self._deltas) - (self._image.version - version)
+        if start < 0:
+            return None
+        entries = list(itertools.islice(self._deltas, start, None))
+        assert entries[0][0] == version + 1, "metadata deltas must be contiguous"
+        return entries
 
     def _on_leadership(self, is_leader: bool, term: int) -> None:
         if is_leader and (not self._sync._isLeader() or self._sync._getTerm() != term):

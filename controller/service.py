@@ -17,7 +17,9 @@ HTTP API (JSON bodies; every answer carries ``error_code`` and ``error_message``
 ==========================================  ==================================================
 ``POST /controller/brokers/register``       register a broker incarnation (starts fenced)
 ``POST /controller/brokers/heartbeat``      keep the session; unfences a caught-up broker
-``GET  /controller/metadata``               ``?version=N&wait_ms=M``: the image once newer than N
+``GET  /controller/metadata``               ``?version=N&wait_ms=M[&deltas=1]``: once newer than
+                                            N, the image, or with ``deltas=1`` the records
+                                            since N (the image when N is too old)
 ``POST /controller/topics``                 create a topic (placement done here)
 ``DELETE /controller/topics/{name}``        delete a topic
 ``POST /controller/topics/{name}/partitions``  grow a topic to ``count`` partitions
@@ -76,6 +78,7 @@ class ControllerSettings:
     data_dir: Path
     secret: str
     session_timeout_ms: int = 3000
+    metadata_deltas_max: int = 10_000
     preferred_leader_election_delay_ms: int = 5000
     default_partitions: int = 1
     default_replication_factor: int = 1
@@ -139,6 +142,7 @@ class ControllerService:
                 settings.election_timeout_ms[0] / 1000,
                 settings.election_timeout_ms[1] / 1000,
             ),
+            max_delta_versions=settings.metadata_deltas_max,
         )
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.add_routes(
@@ -450,15 +454,23 @@ class ControllerService:
             except TimeoutError:
                 break
         image = self.image
-        return web.json_response(
-            {
-                "error_code": 0,
-                "error_message": None,
-                "version": image.version,
-                "controller_id": self.leader_id(),
-                "image": image.to_dict(),
-            }
-        )
+        answer: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "version": image.version,
+            "controller_id": self.leader_id(),
+        }
+        # A follower that holds version N gets what happened since, in proportion to the
+        # change; one that holds nothing, or is too far behind, gets the whole image.
+        deltas = None
+        if request.query.get("deltas") == "1" and version > 0:
+            deltas = self.quorum.records_since(version)
+        if deltas is not None:
+            answer["deltas"] = [{"version": v, "records": records} for v, records in deltas]
+            answer["version"] = deltas[-1][0] if deltas else version
+        else:
+            answer["image"] = image.to_dict()
+        return web.json_response(answer)
 
     async def _status(self, request: web.Request) -> web.Response:
         return web.json_response(

@@ -37,7 +37,7 @@ from .groups import GroupApis
 from .metadata import MetadataApis
 from .produce import ProduceApis
 from .producer_ids import ProducerIdApis, ProducerIdManager
-from .server import ConnectionInfo
+from .server import ConnectionInfo, Deferred
 
 __all__ = ["ADVERTISED_VERSIONS", "KafkaApis"]
 
@@ -117,7 +117,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, Prod
 
     async def handle(
         self, header: RequestHeader, body: dict[str, Any], connection: ConnectionInfo
-    ) -> bytes | None:
+    ) -> bytes | Deferred | None:
         low, high = ADVERTISED_VERSIONS.get(header.api_key, (1, 0))
         if not low <= header.api_version <= high:
             raise UnsupportedVersionError(header.api_key, header.api_version, header.correlation_id)
@@ -134,6 +134,10 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, Prod
             response = await self._handlers[header.api_key](header, body)
         if response is None:
             return None
+        if isinstance(response, Deferred):
+            return response.then(
+                lambda done: None if done is None else encode_response(header, done)
+            )
         return encode_response(header, response)
 
     # -- ApiVersions --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from flux.storage import CorruptBatchError
 from ..replication.partition import ProducerRejectedError
 from ..replication.replica_manager import Partition
 from .common import KafkaApisBase, log
+from .server import Deferred
 
 __all__ = ["ProduceApis"]
 
@@ -25,7 +26,11 @@ class ProduceApis(KafkaApisBase):
 
     # -- Produce ------------------------------------------------------------------------------
 
-    async def _produce(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any] | None:
+    async def _produce(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any] | Deferred | None:
+        """Append every batch (in the order requests arrive: nothing here awaits before the
+        appends); acks=all answers with a ``Deferred`` response completed by replication."""
         acks = body["acks"]
         responses = []
         waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]] = []
@@ -48,11 +53,25 @@ class ProduceApis(KafkaApisBase):
                 if acks == -1 and last_offset is not None:
                     waiting.append((result, found.add_delayed_produce(last_offset + 1)))
             responses.append({"name": name, "partition_responses": partition_responses})
+        response = {"responses": responses, "throttle_time_ms": 0}
         if waiting:
-            await self._await_replication(waiting, body["timeout_ms"])
+            # Appended, in arrival order; the wait for the followers does not hold up the
+            # connection's next requests (see cluster.kafka.server).
+            return Deferred(
+                asyncio.ensure_future(self._replicated(waiting, body["timeout_ms"], response))
+            )
         if acks == 0:
             return None
-        return {"responses": responses, "throttle_time_ms": 0}
+        return response
+
+    async def _replicated(
+        self,
+        waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]],
+        timeout_ms: int,
+        response: dict[str, Any],
+    ) -> dict[str, Any]:
+        await self._await_replication(waiting, timeout_ms)
+        return response
 
     async def _await_replication(
         self, waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]], timeout_ms: int

@@ -1,9 +1,20 @@
-"""The Kafka protocol listener: framing, per-connection request loop, and input limits.
+"""The Kafka protocol listener: framing, per-connection request pipeline, and input limits.
 
-Each connection is served by one task that reads a size-prefixed frame, decodes it, awaits the
-handler and writes the response, so responses leave in request order (as Kafka guarantees).
+Each connection has a reader task and a writer task. The reader reads a size-prefixed frame,
+decodes it and awaits the handler, one request after the other, so requests take effect in
+arrival order (produce requests append in the order they came). A handler may answer with a
+``Deferred`` response instead of waiting: an ``acks=all`` produce has appended and now waits
+for the followers. The reader then goes on with the next request while the writer sends the
+responses strictly in request order (as the Kafka protocol requires), each once it is ready.
+At most ``MAX_IN_FLIGHT_REQUESTS`` responses wait per connection (Kafka's
+``queued.max.requests`` in spirit): beyond that the reader stops reading, so a client cannot
+make the broker buffer without bound. Without this, every acks=all request held the connection
+for a whole replication round trip and, once requests came faster, they queued for the rest
+of the run.
+
 A connection that sends something we cannot answer (an impossible size, an undecodable frame,
-an unknown API) is logged and closed; every other connection is unaffected.
+an unknown API) is logged and closed after the responses already due; every other connection
+is unaffected.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from flux.protocol.api import (
     RequestHeader,
@@ -21,15 +33,35 @@ from flux.protocol.api import (
 from flux.protocol.errors import InvalidFrameError, UnsupportedVersionError
 from flux.protocol.framing import SIZE_PREFIX, read_size
 
-__all__ = ["Handler", "KafkaServer"]
+__all__ = ["MAX_IN_FLIGHT_REQUESTS", "Deferred", "Handler", "KafkaServer"]
 
 log = logging.getLogger("flux.cluster.kafka")
 
 API_VERSIONS_KEY = 18
+#: Responses one connection may have pending (being computed or waiting to be sent).
+MAX_IN_FLIGHT_REQUESTS = 100
 
-# A handler returns the encoded response frame, or None when the request expects no answer
-# (a Produce with acks=0).
-Handler = Callable[[RequestHeader, dict, "ConnectionInfo"], Awaitable[bytes | None]]
+
+class Deferred:
+    """A response still being completed by ``task`` (an ``acks=all`` produce waiting for its
+    followers); the connection sends it, in request order, when the task finishes.
+    ``then(fn)`` is the deferred result of ``fn`` applied to this one's."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: asyncio.Future[Any]) -> None:
+        self.task = task
+
+    def then(self, fn: Callable[[Any], Any]) -> Deferred:
+        async def chained() -> Any:
+            return fn(await self.task)
+
+        return Deferred(asyncio.ensure_future(chained()))
+
+
+# A handler returns the encoded response frame, None when the request expects no answer (a
+# Produce with acks=0), or a Deferred frame (or None) still being completed.
+Handler = Callable[[RequestHeader, dict, "ConnectionInfo"], Awaitable["bytes | Deferred | None"]]
 
 
 class ConnectionInfo:
@@ -123,25 +155,51 @@ class KafkaServer:
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, info: ConnectionInfo
     ) -> None:
+        responses: asyncio.Queue[bytes | Deferred | None] = asyncio.Queue(MAX_IN_FLIGHT_REQUESTS)
+        sender = asyncio.create_task(_send_in_order(responses, writer))
+        try:
+            await self._read_requests(reader, responses, info)
+            # The client is done, or sent something we close on: what is due still goes out.
+            await responses.put(_END)
+            await sender
+        finally:
+            if not sender.done():
+                sender.cancel()
+            _cancel_pending(responses)
+            await asyncio.gather(sender, return_exceptions=True)
+
+    async def _read_requests(
+        self,
+        reader: asyncio.StreamReader,
+        responses: asyncio.Queue[bytes | Deferred | None],
+        info: ConnectionInfo,
+    ) -> None:
+        """Read, decode and handle requests in order, queueing their responses; return when
+        the connection is to be closed after them."""
         while True:
-            prefix = await reader.readexactly(SIZE_PREFIX)
+            try:
+                prefix = await reader.readexactly(SIZE_PREFIX)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
             try:
                 size = read_size(prefix, self._max_request_bytes)
             except InvalidFrameError as error:
                 log.warning("closing connection from %s: %s", info.peer, error)
                 return
-            frame = await reader.readexactly(size)
+            try:
+                frame = await reader.readexactly(size)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
             try:
                 header, body = decode_request(frame)
             except UnsupportedVersionError as error:
                 if error.api_key == API_VERSIONS_KEY and error.correlation_id is not None:
                     # Clients probe ApiVersions at their newest version and retry lower.
-                    writer.write(
+                    await responses.put(
                         encode_unsupported_api_versions_response(
                             error.correlation_id, advertised=self._advertised_versions
                         )
                     )
-                    await writer.drain()
                     continue
                 log.warning("closing connection from %s: %s", info.peer, error)
                 return
@@ -154,9 +212,34 @@ class KafkaServer:
             except UnsupportedVersionError as error:
                 log.warning("closing connection from %s: %s", info.peer, error)
                 return
-            if response is not None:
-                writer.write(response)
-                await writer.drain()
+            await responses.put(response)
+
+
+#: Queued after a connection's last response: the writer stops there.
+_END = b"<end of connection>"
+
+
+async def _send_in_order(
+    responses: asyncio.Queue[bytes | Deferred | None], writer: asyncio.StreamWriter
+) -> None:
+    """Write each response once ready, in the order the requests came."""
+    while True:
+        response = await responses.get()
+        if response is _END:
+            return
+        if isinstance(response, Deferred):
+            response = await response.task
+        if response is not None:
+            writer.write(response)
+            await writer.drain()
+
+
+def _cancel_pending(responses: asyncio.Queue[bytes | Deferred | None]) -> None:
+    """The connection is gone: stop the deferred work nobody will read."""
+    while not responses.empty():
+        response = responses.get_nowait()
+        if isinstance(response, Deferred):
+            response.task.cancel()
 
 
 def _peer_name(writer: asyncio.StreamWriter) -> str:

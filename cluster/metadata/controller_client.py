@@ -109,15 +109,20 @@ class ControllerClient:
                     active = body.get("node_id")
         return reachable, len(self._addresses), active
 
-    async def read_metadata(self, version: int, *, wait_ms: int) -> dict[str, Any] | None:
-        """Long-poll any controller for an image newer than ``version``; None if none answered."""
+    async def read_metadata(
+        self, version: int, *, wait_ms: int, deltas: bool = False
+    ) -> dict[str, Any] | None:
+        """Long-poll any controller for metadata newer than ``version``: the image, or with
+        ``deltas`` the records since ``version`` when the controller still has them (see
+        ``ControllerService``); None if no controller answered."""
         for offset in range(len(self._addresses)):
             address = self._active or self._addresses[offset]
             try:
                 status, answer = await self._request(
                     "GET",
                     address,
-                    f"/controller/metadata?version={version}&wait_ms={wait_ms}",
+                    f"/controller/metadata?version={version}&wait_ms={wait_ms}"
+                    + ("&deltas=1" if deltas else ""),
                     None,
                     wait_ms / 1000 + 5.0,
                 )

@@ -9,8 +9,10 @@ a while and reported by ``/health`` and ``fluxctl cluster status``. Then it runs
 - heartbeats every ``broker.heartbeat_interval_ms`` carrying the metadata version it has
   applied; the controller unfences it once that version has caught up, and fences it when
   heartbeats stop for ``controller.session_timeout_ms``;
-- a metadata long-poll against any controller, applying each newer image to the
-  ``ReplicaManager``.
+- a metadata long-poll against any controller for the records committed since the version it
+  holds (Kafka's metadata log): it replays them onto its image, in order, and hands the new
+  image to the ``ReplicaManager``. Only a broker that holds nothing, or is further behind
+  than the controllers keep records for, receives the whole image (a snapshot).
 
 ``ready`` is set once an applied image shows this broker registered and unfenced. If the
 controller answers that another incarnation of this broker id registered later, this process
@@ -33,7 +35,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flux.controller.errors import InvalidRecordError
 from flux.controller.image import MetadataImage
+from flux.controller.records import record_from_dict
 from flux.protocol.errors import ErrorCode
 
 from ..config import NodeConfig
@@ -103,6 +107,9 @@ class BrokerLifecycle:
         self.state = "starting"
         self.on_state: Callable[[str], None] | None = None
         self.ready = asyncio.Event()
+        # Metadata updates received as deltas (commands) and as whole images (for /health).
+        self.metadata_deltas = 0
+        self.metadata_snapshots = 0
         self.stale = False
         self.controller_id: int | None = None  # the active controller, as last reported
         self._tasks: list[asyncio.Task[None]] = []
@@ -216,10 +223,11 @@ class BrokerLifecycle:
             log.warning("heartbeat answered %s: %s", code, answer.get("error_message"))
 
     async def _follow_metadata(self) -> None:
+        want_snapshot = False
         while True:
             try:
                 answer = await self._client.read_metadata(
-                    self._replicas.image.version, wait_ms=METADATA_WAIT_MS
+                    self._replicas.image.version, wait_ms=METADATA_WAIT_MS, deltas=not want_snapshot
                 )
             except Exception:
                 log.exception("metadata poll failed")
@@ -228,14 +236,41 @@ class BrokerLifecycle:
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
             self.controller_id = answer.get("controller_id")
-            if answer.get("version", 0) > self._replicas.image.version:
-                image = MetadataImage.from_dict(answer["image"])
+            try:
+                image = self._next_image(answer)
+            except (InvalidRecordError, KeyError, TypeError, ValueError) as error:
+                # A gap in the deltas, or an answer we cannot read: start over from a snapshot.
+                log.warning("metadata answer not applied (%s): asking for the whole image", error)
+                want_snapshot = True
+                continue
+            want_snapshot = False
+            if image is not None:
                 try:
                     self._replicas.apply_image(image)
                 except Exception:
                     # Never stop following metadata: log loudly and take the next image.
                     log.exception("applying metadata version %d failed", image.version)
                 self._update_ready(image)
+
+    def _next_image(self, answer: dict[str, Any]) -> MetadataImage | None:
+        """The image after ``answer``: the current one with its deltas replayed in order, or
+        the snapshot it carries; None if nothing is newer. Raises ValueError if the deltas do
+        not follow the version held."""
+        current = self._replicas.image
+        if "deltas" in answer:
+            image = current
+            for delta in answer["deltas"]:
+                version = int(delta["version"])
+                if version != image.version + 1:
+                    raise ValueError(f"delta {version} does not follow version {image.version}")
+                records = [record_from_dict(record) for record in delta["records"]]
+                image = image.replay_all(records, version)
+            self.metadata_deltas += len(answer["deltas"])
+            return image if image.version > current.version else None
+        if answer.get("version", 0) > current.version:
+            self.metadata_snapshots += 1
+            return MetadataImage.from_dict(answer["image"])
+        return None
 
     def _update_ready(self, image: MetadataImage) -> None:
         registration = image.brokers.get(self.broker_id)

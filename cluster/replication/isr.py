@@ -58,10 +58,13 @@ class IsrManager:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
+            # Once per pass, not per partition: a pass over thousands of led partitions stays
+            # a few microseconds each.
+            live = frozenset(self._replicas.image.live_broker_ids())
             for partition in list(self._replicas.partitions()):
                 if not partition.is_leader:
                     continue
-                wanted = self._wanted_isr(partition)
+                wanted = self._wanted_isr(partition, live)
                 key = (partition.topic, partition.index)
                 if wanted == partition.state.isr:
                     self._proposed.pop(key, None)
@@ -69,10 +72,9 @@ class IsrManager:
                     self._proposed[key] = partition.state.partition_epoch
                     await self._propose(partition, wanted)
 
-    def _wanted_isr(self, partition: Partition) -> tuple[int, ...]:
+    def _wanted_isr(self, partition: Partition, live: frozenset[int]) -> tuple[int, ...]:
         state = partition.state
         lagging = set(partition.lagging_followers(self._lag_time_max_ms))
-        live = set(self._replicas.image.live_broker_ids())
         joining = {r for r in partition.caught_up_followers() if r in live}
         return tuple(
             replica

@@ -109,7 +109,7 @@ class ReplicaManager:
             self._set_role(topic, index, state, is_leader=True)
         for topic, index, state in roles.follower:
             self._set_role(topic, index, state, is_leader=False)
-        self._refresh_states_and_configs(new_image)
+        self._refresh_states_and_configs(old_image, new_image, delta.changed_topics)
         if first_image:
             self._remove_stray_directories()
         for listener in self._image_listeners:
@@ -141,20 +141,40 @@ class ReplicaManager:
                 state.leader_epoch,
             )
 
-    def _refresh_states_and_configs(self, image: MetadataImage) -> None:
-        """Keep each hosted partition's ISR/epochs and topic config in step with the image."""
-        for partition in self._partitions.values():
-            topic = image.topics.get(partition.topic)
-            if topic is None or topic.topic_id != partition.topic_id:
+    def _refresh_states_and_configs(
+        self, old_image: MetadataImage, image: MetadataImage, changed: Iterable[str]
+    ) -> None:
+        """Keep the hosted partitions of the ``changed`` topics in step with the image (ISR,
+        epochs, topic config). Images share unchanged parts, so a partition whose state object
+        is the old one (and whose topic config is the same) is skipped at the cost of an
+        identity check: an update costs what changed, not how many partitions there are."""
+        for name in changed:
+            topic = image.topics.get(name)
+            if topic is None:
                 continue
-            if partition.index < len(topic.partitions):
-                state = topic.partitions[partition.index]
+            before = old_image.topics.get(name)
+            if before is not None and before.topic_id != topic.topic_id:
+                before = None
+            config_changed = before is None or before.config != topic.config
+            overrides = topic.config_dict() if config_changed else None
+            config = None
+            for index, state in enumerate(topic.partitions):
+                if (
+                    not config_changed
+                    and before is not None
+                    and index < len(before.partitions)
+                    and before.partitions[index] is state
+                ):
+                    continue
+                partition = self._partitions.get((name, index))
+                if partition is None or partition.topic_id != topic.topic_id:
+                    continue
                 if state != partition.state and state.leader_epoch == partition.leader_epoch:
                     partition.update_state(state)
-            overrides = topic.config_dict()
-            if overrides != _explicit(partition.config):
-                partition.config = self.topic_config(dict(overrides))
-                partition.log.update_config(partition.config.log_config())
+                if overrides is not None and overrides != _explicit(partition.config):
+                    config = config or self.topic_config(dict(overrides))
+                    partition.config = config
+                    partition.log.update_config(config.log_config())
 
     def _open_partition(self, topic: TopicImage, index: int, state: PartitionState) -> Partition:
         config = self.topic_config(dict(topic.config_dict()))

@@ -52,3 +52,31 @@ def test_sdk_benchmark_prints_json() -> None:
     for path in (("flux-sdk", "produce"), ("flux-sdk", "send"), ("flux-sdk", "consume")):
         assert figures[path[0]][path[1]]["records_per_s"] > 0, path
     assert figures["confluent-kafka"]["produce"]["records_per_s"] > 0
+
+
+def test_scaling_benchmark_prints_json() -> None:
+    common = ("--quick", "--idle-seconds", "1", "--latency-seconds", "1", "--records", "2000")
+    figures = _run("scaling.py", *common, "--axis", "partitions", "--points", "3")
+    assert figures["benchmark"] == "scaling" and figures["nodes"] == 3
+    assert figures["machine"]["cpus"] > 0
+    (point,) = figures["axes"]["partitions"]
+    assert point["partitions"] == 3 and point["error"] is None, point
+    for name in (
+        "create_s",
+        "produce_records_per_s",
+        "latency_p50_ms",
+        "latency_p99_ms",
+        "metadata_propagation_s",
+    ):
+        assert point[name] > 0, name
+    assert point["latency_p99_ms"] >= point["latency_p50_ms"]
+    for name in ("rss_mb", "open_fds", "idle_cpu_pct"):
+        assert len(point[name]) == 3 and min(point[name]) >= 0, name
+    assert min(point["rss_mb"]) > 0 and min(point["open_fds"]) > 0
+
+    figures = _run("scaling.py", *common, "--axis", "connections", "--points", "2")
+    (point,) = figures["axes"]["connections"]
+    assert point["error"] is None, point
+    assert point["records_acked"] == 2 * 10 and point["delivery_errors"] == 0
+    assert point["latency_p99_ms"] >= point["latency_p50_ms"] > 0
+    assert min(point["peak_rss_mb"]) > 0 and min(point["peak_open_fds"]) > 0
