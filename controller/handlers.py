@@ -67,6 +67,7 @@ __all__ = [
     "ControllerResult",
     "alter_configs",
     "alter_partition",
+    "alter_partitions",
     "broker_heartbeat",
     "create_partitions",
     "create_topic",
@@ -90,6 +91,8 @@ MAX_HOST_LENGTH = 255
 MAX_RACK_LENGTH = 255
 MAX_CONFIG_CHANGES = 1_000
 MAX_CONFIG_VALUE_LENGTH = 4_096
+#: Partitions one AlterPartition request may change at once.
+MAX_ALTER_PARTITIONS = 10_000
 _BROKER_CONFIG_KEY = re.compile(r"^[a-z0-9._]+$")
 _BROKER_RESOURCE_NAME = re.compile(r"^[0-9]*$")
 
@@ -719,6 +722,57 @@ def alter_partition(
         elr=change.elr,
     )
     return _ok([change], **fields, **_state_fields(new_state))
+
+
+def alter_partitions(
+    image: MetadataImage,
+    *,
+    broker_id: int,
+    incarnation_id: str,
+    partitions: Sequence[Mapping[str, Any]],
+    default_min_isr: int = 1,
+) -> ControllerResult:
+    """AlterPartition for many partitions of one leader at once (Kafka's request carries a
+    list): each item (``topic_id``, ``partition``, ``leader_epoch``, ``partition_epoch``,
+    ``isr``) is decided as ``alter_partition`` decides it, on the same image, and all the
+    changes commit as one command. ``response["partitions"]`` has one answer per item, in
+    order; a partition listed twice is refused the second time."""
+    if len(partitions) > MAX_ALTER_PARTITIONS:
+        return _error(
+            ErrorCode.INVALID_REQUEST,
+            f"{len(partitions)} partitions in one request; at most {MAX_ALTER_PARTITIONS}",
+            partitions=[],
+        )
+    records: list[Record] = []
+    answers: list[dict[str, Any]] = []
+    seen: set[tuple[Any, Any]] = set()
+    for item in partitions:
+        key = (item.get("topic_id"), item.get("partition"))
+        if key in seen:
+            answers.append(
+                {
+                    "topic_id": key[0],
+                    "partition": key[1],
+                    "error_code": int(ErrorCode.INVALID_REQUEST),
+                    "error_message": "partition listed twice in one request",
+                }
+            )
+            continue
+        seen.add(key)
+        result = alter_partition(
+            image,
+            broker_id=broker_id,
+            incarnation_id=incarnation_id,
+            topic_id=item["topic_id"],
+            partition=item["partition"],
+            leader_epoch=item["leader_epoch"],
+            partition_epoch=item["partition_epoch"],
+            isr=item["isr"],
+            default_min_isr=default_min_isr,
+        )
+        records.extend(result.records)
+        answers.append(result.response)
+    return _ok(records, partitions=answers)
 
 
 def _current_state(image: MetadataImage, topic_id: str, partition: Any) -> PartitionState | None:

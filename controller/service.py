@@ -23,7 +23,8 @@ HTTP API (JSON bodies; every answer carries ``error_code`` and ``error_message``
 ``POST /controller/topics``                 create a topic (placement done here)
 ``DELETE /controller/topics/{name}``        delete a topic
 ``POST /controller/topics/{name}/partitions``  grow a topic to ``count`` partitions
-``POST /controller/partitions/alter``       AlterPartition: the leader proposes a new ISR
+``POST /controller/partitions/alter``       AlterPartition: the leader proposes new ISRs (one
+                                            partition, or ``partitions: [...]`` at once)
 ``POST /controller/elect-leaders``          manual preferred (or unclean) leader election
 ``POST /controller/configs``                set or delete topic / broker config overrides
 ``POST /controller/producer-ids``           allocate a block of producer ids to a broker
@@ -541,6 +542,8 @@ class ControllerService:
         return {**result.response, "version": image.version}
 
     async def _alter_partition(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        if "partitions" in body:
+            return await self._alter_partitions(body)
         isr = body.get("isr")
         if not isinstance(isr, list):
             raise _BadRequest("isr must be a list of broker ids")
@@ -554,6 +557,37 @@ class ControllerService:
                 leader_epoch=_int_field(body, "leader_epoch"),
                 partition_epoch=_int_field(body, "partition_epoch"),
                 isr=[int(member) for member in isr],
+                default_min_isr=self.settings.default_min_insync_replicas,
+            )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _alter_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
+        items = body.get("partitions")
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise _BadRequest("partitions must be a list of objects")
+        partitions = []
+        for item in items:
+            isr = item.get("isr")
+            if not isinstance(isr, list) or not all(
+                isinstance(member, int) and not isinstance(member, bool) for member in isr
+            ):
+                raise _BadRequest("isr must be a list of broker ids")
+            partitions.append(
+                {
+                    "topic_id": _str_field(item, "topic_id"),
+                    "partition": _int_field(item, "partition"),
+                    "leader_epoch": _int_field(item, "leader_epoch"),
+                    "partition_epoch": _int_field(item, "partition_epoch"),
+                    "isr": isr,
+                }
+            )
+        result, image = await self._write(
+            lambda image: handlers.alter_partitions(
+                image,
+                broker_id=_int_field(body, "broker_id"),
+                incarnation_id=_str_field(body, "incarnation_id"),
+                partitions=partitions,
                 default_min_isr=self.settings.default_min_insync_replicas,
             )
         )

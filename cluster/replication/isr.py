@@ -23,6 +23,9 @@ __all__ = ["IsrManager"]
 
 log = logging.getLogger("flux.cluster.isr")
 
+#: ISR changes sent in one AlterPartition request (the controller takes up to 10,000).
+MAX_PROPOSALS_PER_REQUEST = 1000
+
 
 class IsrManager:
     """Periodically proposes ISR shrinks and expansions for the partitions this broker leads."""
@@ -61,6 +64,7 @@ class IsrManager:
             # Once per pass, not per partition: a pass over thousands of led partitions stays
             # a few microseconds each.
             live = frozenset(self._replicas.image.live_broker_ids())
+            proposals = []
             for partition in list(self._replicas.partitions()):
                 if not partition.is_leader:
                     continue
@@ -70,7 +74,11 @@ class IsrManager:
                     self._proposed.pop(key, None)
                 elif self._proposed.get(key) != partition.state.partition_epoch:
                     self._proposed[key] = partition.state.partition_epoch
-                    await self._propose(partition, wanted)
+                    proposals.append((partition, wanted))
+            # Every change of a pass in one request and one Raft command (per thousand): after
+            # a restart thousands of partitions expand their ISR at once.
+            for start in range(0, len(proposals), MAX_PROPOSALS_PER_REQUEST):
+                await self._propose(proposals[start : start + MAX_PROPOSALS_PER_REQUEST])
 
     def _wanted_isr(self, partition: Partition, live: frozenset[int]) -> tuple[int, ...]:
         state = partition.state
@@ -82,9 +90,8 @@ class IsrManager:
             if (replica in state.isr and replica not in lagging) or replica in joining
         )
 
-    async def _propose(self, partition: Partition, isr: tuple[int, ...]) -> None:
-        state = partition.state
-        name = f"{partition.topic}-{partition.index}"
+    async def _propose(self, proposals: list[tuple[Partition, tuple[int, ...]]]) -> None:
+        states = [(partition, partition.state, isr) for partition, isr in proposals]
         try:
             answer = await self._client.write(
                 "POST",
@@ -92,20 +99,32 @@ class IsrManager:
                 {
                     "broker_id": self._broker_id,
                     "incarnation_id": self._incarnation_id,
-                    "topic_id": partition.topic_id,
-                    "partition": partition.index,
-                    "leader_epoch": state.leader_epoch,
-                    "partition_epoch": state.partition_epoch,
-                    "isr": list(isr),
+                    "partitions": [
+                        {
+                            "topic_id": partition.topic_id,
+                            "partition": partition.index,
+                            "leader_epoch": state.leader_epoch,
+                            "partition_epoch": state.partition_epoch,
+                            "isr": list(isr),
+                        }
+                        for partition, state, isr in states
+                    ],
                 },
                 timeout_s=max(self._interval_s * 4, 1.0),
             )
         except ControllerUnavailableError as error:
-            log.warning("%s: ISR change not delivered: %s", name, error)
-            self._proposed.pop((partition.topic, partition.index), None)
+            log.warning("%d ISR change(s) not delivered: %s", len(states), error)
+            for partition, _, _ in states:
+                self._proposed.pop((partition.topic, partition.index), None)
             return
-        code = answer.get("error_code", 0)
-        if code == 0:
-            log.info("%s: ISR %s -> %s committed", name, list(state.isr), list(isr))
-        elif code not in (ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.FENCED_LEADER_EPOCH):
-            log.warning("%s: ISR change refused: %s", name, answer.get("error_message"))
+        answers = answer.get("partitions")
+        if answer.get("error_code", 0) != 0 or not isinstance(answers, list):
+            log.warning("ISR changes refused: %s", answer.get("error_message"))
+            return
+        for (partition, state, isr), result in zip(states, answers, strict=False):
+            name = f"{partition.topic}-{partition.index}"
+            code = result.get("error_code", 0)
+            if code == 0:
+                log.info("%s: ISR %s -> %s committed", name, list(state.isr), list(isr))
+            elif code not in (ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.FENCED_LEADER_EPOCH):
+                log.warning("%s: ISR change refused: %s", name, result.get("error_message"))

@@ -96,6 +96,19 @@ def test_admin_operations_and_leader_hints(cluster_factory) -> None:
         ("/controller/brokers/heartbeat", {"broker_id": "x"}, None, "broker_id"),
         ("/controller/topics", {"name": "ok", "configs": {"retention.ms": 5}}, None, "configs"),
         ("/controller/elect-leaders", {"type": "random"}, None, "type"),
+        ("/controller/partitions/alter", {"partitions": [1]}, None, "list of objects"),
+        (
+            "/controller/partitions/alter",
+            {"partitions": [{"topic_id": "x", "partition": 0, "isr": ["a"]}]},
+            None,
+            "isr",
+        ),
+        (
+            "/controller/partitions/alter",
+            {"partitions": [{"topic_id": "x", "partition": 0, "leader_epoch": 0, "isr": [1]}]},
+            None,
+            "partition_epoch",
+        ),
     ],
 )
 def test_bad_requests_get_400_naming_the_problem(cluster_factory, path, body, raw, message) -> None:

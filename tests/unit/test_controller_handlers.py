@@ -283,3 +283,57 @@ def test_rack_aware_placement_uses_distinct_racks(
         assert len(set(replicas)) == replication_factor
         assert len({rack_of[b] for b in replicas}) == min(replication_factor, racks)
     assert set(Counter(r[0] for r in placed).values()) == {2}
+
+
+def test_alter_partitions_changes_many_partitions_in_one_command() -> None:
+    image = _cluster(3)
+    image = _apply(
+        image,
+        _create(
+            image,
+            assignments={0: [1, 2, 3], 1: [1, 3, 2], 2: [2, 1, 3]},
+            num_partitions=-1,
+            replication_factor=-1,
+        ).records,
+    )
+    topic_id = image.topics["t"].topic_id
+
+    def item(partition: int, isr: list[int], partition_epoch: int = 0) -> dict[str, object]:
+        return {
+            "topic_id": topic_id,
+            "partition": partition,
+            "leader_epoch": 0,
+            "partition_epoch": partition_epoch,
+            "isr": isr,
+        }
+
+    result = handlers.alter_partitions(
+        image,
+        broker_id=1,
+        incarnation_id="a",
+        partitions=[
+            item(0, [1, 2]),
+            item(1, [1, 3]),
+            item(0, [1]),  # listed twice: refused, the first stands
+            item(1, [1], partition_epoch=7),  # never reached: a duplicate too
+            item(2, [2, 1]),  # broker 1 does not lead partition 2
+        ],
+    )
+    assert result.ok
+    codes = [answer["error_code"] for answer in result.response["partitions"]]
+    assert codes == [
+        ErrorCode.NONE,
+        ErrorCode.NONE,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ]
+    after = _apply(image, result.records)
+    assert [p.isr for p in after.topics["t"].partitions] == [(1, 2), (1, 3), (2, 1, 3)]
+    too_many = handlers.alter_partitions(
+        image,
+        broker_id=1,
+        incarnation_id="a",
+        partitions=[item(0, [1])] * (handlers.MAX_ALTER_PARTITIONS + 1),
+    )
+    assert not too_many.ok and not too_many.records
