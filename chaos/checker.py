@@ -477,38 +477,49 @@ def _availability(facts: _Facts) -> Availability:
         for f, outcomes in sorted(totals.items())
     }
     return Availability(
-        round(gap, 3), round(gap_at - run_start, 3), rates, _crash_recoveries(facts, run_start)
+        round(gap, 3),
+        round(gap_at - run_start, 3),
+        rates,
+        _crash_recoveries(facts.ops, acked_times, run_start),
     )
 
 
-def _crash_recoveries(facts: _Facts, run_start: float) -> list[dict[str, float | None]]:
-    acked_times = sorted(c.time for _, c in facts.send_pairs if c is not None and c.type == "ok")
-    recoveries: list[dict[str, float | None]] = []
-    crashed = 0
-    started = 0
-    entry: dict[str, float | None] | None = None
-    for invocation, completion in pairs(facts.ops):
+def _crash_times(ops: list[Op]) -> list[tuple[float, float | None]]:
+    """``(crash time, time a majority of the crashed nodes had been started or None)`` for
+    every whole-cluster crash the nemesis made."""
+    crashes: list[tuple[float, float | None]] = []
+    crashed = started = 0
+    for invocation, completion in pairs(ops):
         if invocation.process != NEMESIS_PROCESS or completion is None or completion.type != "ok":
             continue
-        value = completion.value if isinstance(completion.value, dict) else {}
         if invocation.f == "crash":
+            value = completion.value if isinstance(completion.value, dict) else {}
             crashed, started = len(value.get("nodes", [])), 0
-            entry = {"crash_at_s": round(completion.time - run_start, 3)}
-            recoveries.append(entry)
-        elif entry is not None and invocation.f in ("start", "recover"):
+            crashes.append((completion.time, None))
+        elif crashes and crashes[-1][1] is None and invocation.f in ("start", "recover"):
             started = started + 1 if invocation.f == "start" else crashed
-            if "majority_back_at_s" not in entry and started > crashed // 2:
+            if started > crashed // 2:
                 # A recover is timed from its start: it waits for full ISRs before it ends.
                 back = completion.time if invocation.f == "start" else invocation.time
-                entry["majority_back_at_s"] = round(back - run_start, 3)
-            if invocation.f == "recover":
-                entry = None
-    for entry in recoveries:
-        crash_at = float(entry["crash_at_s"] or 0.0) + run_start
-        back = entry.get("majority_back_at_s")
-        first = next((t for t in acked_times if t > crash_at), None)
-        entry["unavailable_s"] = None if first is None else round(first - crash_at, 3)
-        entry["available_after_majority_s"] = (
-            None if first is None or back is None else round(first - (back + run_start), 3)
+                crashes[-1] = (crashes[-1][0], back)
+    return crashes
+
+
+def _crash_recoveries(
+    ops: list[Op], acked_times: list[float], run_start: float
+) -> list[dict[str, float | None]]:
+    recoveries: list[dict[str, float | None]] = []
+    for crash_at, back in _crash_times(ops):
+        index = bisect.bisect_right(acked_times, crash_at)
+        first = acked_times[index] if index < len(acked_times) else None
+        recoveries.append(
+            {
+                "crash_at_s": round(crash_at - run_start, 3),
+                "majority_back_at_s": None if back is None else round(back - run_start, 3),
+                "unavailable_s": None if first is None else round(first - crash_at, 3),
+                "available_after_majority_s": (
+                    None if first is None or back is None else round(first - back, 3)
+                ),
+            }
         )
     return recoveries

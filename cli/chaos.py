@@ -75,10 +75,9 @@ class ProcessCluster:
     def __init__(self, processes: Sequence[NodeProcess]) -> None:
         self._processes = {process.node_id: process for process in processes}
         self._paused: set[int] = set()
-        # A node's config may say kafka_port = 0 (any free port); restarts keep the port it
-        # got first, so the bootstrap list every client was given stays true.
+        # Every port is written into the node configs (local_cluster_configs), so a restart
+        # listens where it did and the bootstrap list every client was given stays true.
         self._addresses = {n: p.bootstrap_servers for n, p in self._processes.items()}
-        self._kafka_ports = {n: p.kafka_port for n, p in self._processes.items()}
 
     def nodes(self) -> list[int]:
         return sorted(self._processes)
@@ -119,7 +118,7 @@ class ProcessCluster:
             self.resume(node)
         was_running = process.is_running()
         returncode = process.stop(timeout_s=GRACEFUL_STOP_TIMEOUT_S)
-        process.start(env={"FLUX_BROKER__KAFKA_PORT": str(self._kafka_ports[node])})
+        process.start()
         if wait:
             process.wait_ready(NODE_TIMEOUT_S)
         return {"graceful": returncode == 0} if was_running else {}

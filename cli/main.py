@@ -25,8 +25,13 @@ from typing import Any
 import click
 from flux.chaos.docker_cluster import controller_status
 from flux.cluster.config import ConfigError, load_config
-from flux.cluster.launcher import STATE_FILE as NODE_STATE_FILE
-from flux.cluster.launcher import NodeProcess, NodeStartError, local_cluster_configs
+from flux.cluster.launcher import (
+    NodeProcess,
+    NodeStartError,
+    local_cluster_configs,
+    read_node_state,
+    write_json_atomically,
+)
 
 __all__ = ["main"]
 
@@ -497,13 +502,8 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
 
 def _node_state(entry: dict[str, Any]) -> str | None:
     """What a running node says it is doing (``node-state.json``), if it is this process."""
-    try:
-        document = json.loads((Path(entry["data_dir"]) / NODE_STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(document, dict) or document.get("pid") != entry.get("pid"):
-        return None
-    state = document.get("state")
+    document = read_node_state(Path(entry["data_dir"]), entry.get("pid"))
+    state = document.get("state") if document else None
     return str(state) if state else None
 
 
@@ -521,10 +521,7 @@ def _state_lock(root: Path) -> Iterator[None]:
 
 
 def _save_state(root: Path, state: dict[str, Any]) -> None:
-    """Replace the state file atomically: a reader never sees half of it."""
-    temporary = root / f".{STATE_FILE}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps(state, indent=2))
-    os.replace(temporary, root / STATE_FILE)
+    write_json_atomically(root / STATE_FILE, state, indent=2)
 
 
 def _load_state(root: Path) -> dict[str, Any] | None:

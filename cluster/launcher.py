@@ -29,6 +29,8 @@ __all__ = [
     "NodeStartError",
     "free_port",
     "port_window",
+    "read_node_state",
+    "write_json_atomically",
     "local_cluster_configs",
     "write_node_config",
 ]
@@ -40,6 +42,33 @@ STATE_FILE = "node-state.json"
 WAITING_FOR_QUORUM = "waiting for quorum"
 
 _POLL_INTERVAL_S = 0.02
+
+
+def write_json_atomically(
+    path: Path, document: Mapping[str, Any], *, indent: int | None = None, fsync: bool = False
+) -> None:
+    """Replace ``path`` with ``document`` as JSON so that a reader never sees half of it (a
+    temporary file per process, then ``os.replace``); ``fsync`` also makes it survive a power
+    loss."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w") as file:
+        json.dump(document, file, indent=indent)
+        if fsync:
+            file.flush()
+            os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
+def read_node_state(data_dir: Path, pid: int | None) -> dict[str, Any] | None:
+    """The ``node-state.json`` in ``data_dir`` if process ``pid`` wrote it (any process for
+    None); None if there is none or it is another's."""
+    try:
+        state = json.loads((data_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or (pid is not None and state.get("pid") != pid):
+        return None
+    return state
 
 
 class NodeStartError(RuntimeError):
@@ -128,10 +157,10 @@ def local_cluster_configs(
     under ``root/node-<id>/`` and return their (not yet started) processes.
 
     Ports: Kafka ``kafka_base_port + id - 1``; broker HTTP ``http_base_port + id - 1``;
-    controller Raft and HTTP ports ``controller_base_port + 2 * (id - 1)`` and ``+ 1``. With a base port of 0, free ports are
-    picked now (``free_port``) and written into the configs, like the broker HTTP port: every
-    voter must know the others' addresses in advance, and a restarted node must listen where
-    clients' bootstrap lists point. One
+    controller Raft and HTTP ports ``controller_base_port + 2 * (id - 1)`` and ``+ 1``. With a
+    base port of 0, free ports are picked now (``free_port``) and written into the configs:
+    every voter must know the others' addresses in advance, and a restarted node must listen
+    where clients' bootstrap lists point. One
     random shared secret protects the Raft transport. By default every node has both roles;
     ``controller_ids`` / ``broker_ids`` give the roles separately (e.g. one controller-only
     node and three broker-only nodes).
@@ -232,25 +261,14 @@ class NodeProcess:
 
     def read_state(self) -> dict[str, Any] | None:
         """The node's ``node-state.json`` if this process wrote it (else None)."""
-        try:
-            state = json.loads((self.data_dir / STATE_FILE).read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-        if not isinstance(state, dict):
-            return None
-        if self.process is not None and state.get("pid") != self.process.pid:
-            return None
-        return state
+        return read_node_state(self.data_dir, self.pid)
 
     def wait_started(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Block until the node is ready or up and waiting for its quorum (a node restarted
         while most controllers are down); its state. Raise NodeStartError if it died."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise NodeStartError(
-                    f"node {self.node_id} exited with {self.process.returncode}:\n{self.log_tail()}"
-                )
+            self._raise_if_exited()
             state = self.read_state()
             if state is not None and (
                 state.get("state") == "ready"
@@ -305,10 +323,7 @@ class NodeProcess:
         """Block until the node wrote its ready file; raise NodeStartError if it died."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise NodeStartError(
-                    f"node {self.node_id} exited with {self.process.returncode}:\n{self.log_tail()}"
-                )
+            self._raise_if_exited()
             try:
                 self.ready = json.loads(self.ready_path.read_text())
                 if self.process is None or self.ready.get("pid") == self.process.pid:
@@ -319,6 +334,12 @@ class NodeProcess:
         raise NodeStartError(
             f"node {self.node_id} not ready after {timeout_s} s:\n{self.log_tail()}"
         )
+
+    def _raise_if_exited(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise NodeStartError(
+                f"node {self.node_id} exited with {self.process.returncode}:\n{self.log_tail()}"
+            )
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None

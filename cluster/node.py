@@ -19,12 +19,10 @@ controllers reachable``), which ``fluxctl cluster status`` shows.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 from flux.controller.service import ControllerService, ControllerSettings, VoterAddress
@@ -41,9 +39,9 @@ from .http.server import BrokerHttpServer
 from .kafka.apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka.producer_ids import ProducerIdManager
 from .kafka.server import Deferred, KafkaServer
-from .launcher import READY_FILE, STATE_FILE
+from .launcher import READY_FILE, STATE_FILE, write_json_atomically
 from .metadata.controller_client import ControllerClient
-from .metadata.lifecycle import BrokerLifecycle
+from .metadata.lifecycle import WAITING_LOG_INTERVAL_S, BrokerLifecycle
 from .replication.fetcher import ReplicaFetcherManager
 from .replication.isr import IsrManager
 from .replication.peers import BrokerPeers
@@ -53,7 +51,8 @@ __all__ = ["Node", "run_node"]
 
 log = logging.getLogger("flux.cluster.node")
 
-#: How often a controller-only node waiting for its quorum re-checks and reports it.
+#: A controller-only node without a quorum leader this long reports that it waits (and logs
+#: it every ``WAITING_LOG_INTERVAL_S``).
 QUORUM_CHECK_INTERVAL_S = 1.0
 
 
@@ -78,7 +77,7 @@ class Node:
 
     def _write_state(self, state: str) -> None:
         """Record what the node is doing (for fluxctl cluster status)."""
-        _write_json_atomically(self.config.data_dir / STATE_FILE, {**self._ready, "state": state})
+        write_json_atomically(self.config.data_dir / STATE_FILE, {**self._ready, "state": state})
 
     async def start(self) -> None:
         config = self.config
@@ -97,21 +96,11 @@ class Node:
             assert self.controller is not None
             ready["controller_http"] = f"{config.controller.host}:{self.controller.http_port}"
         if "broker" in config.node.roles:
-            await self._start_broker()
-            assert self.lifecycle is not None
-            name, host, port = self.lifecycle.listeners[0]
-            ready["host"] = host
-            ready["kafka_port"] = port
-            ready["bootstrap_servers"] = f"{host}:{port}"
-            ready["listeners"] = {
-                name: f"{host}:{port}" for name, host, port in self.lifecycle.listeners
-            }
-            assert self.http is not None
-            ready["broker_http"] = f"{host}:{self.http.port}"
+            await self._start_broker()  # adds the broker's addresses to ``ready``
         else:
             await self._wait_for_quorum_leader()
         self._write_state("ready")
-        _write_json_atomically(ready_path, ready)
+        write_json_atomically(ready_path, ready)
         log.info("node %d ready: %s", config.node.id, ready)
 
     async def _start_controller(self) -> None:
@@ -208,18 +197,14 @@ class Node:
             (listener.name, listener.advertised_host, listener.advertised_port or server.port)
             for listener, server in zip(config.listeners, self.kafka_servers, strict=True)
         ]
-        # The bound ports are known from here on: report them while waiting for the quorum.
+        # The bound ports are known from here on: reported while waiting for the quorum too.
         _name, host, port = self.lifecycle.listeners[0]
         self._ready.update(
             host=host,
             kafka_port=port,
             bootstrap_servers=f"{host}:{port}",
+            listeners={name: f"{host}:{port}" for name, host, port in self.lifecycle.listeners},
             broker_http=f"{host}:{self.http.port}",
-            kafka_ports={
-                listener.name: server.port
-                for listener, server in zip(config.listeners, self.kafka_servers, strict=True)
-            },
-            http_port=self.http.port,
         )
         self.lifecycle.on_state = self._write_state
         # Fetchers listen to images from the first one on, so they exist before following starts.
@@ -273,15 +258,18 @@ class Node:
         takes (it says so in its state file and, once in a while, its log)."""
         assert self.controller is not None
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        next_report = started + QUORUM_CHECK_INTERVAL_S
+        waiting_since = loop.time()
+        last_logged: float | None = None
         while self.controller.leader_id() is None:
-            if loop.time() >= next_report:
+            now = loop.time()
+            if now - waiting_since >= QUORUM_CHECK_INTERVAL_S and (
+                last_logged is None or now - last_logged >= WAITING_LOG_INTERVAL_S
+            ):
                 state = "waiting for quorum: no active controller"
-                self._write_state(state)
-                if int(loop.time() - started) % 15 == 0:
-                    log.warning("controller %d is %s", self.config.node.id, state)
-                next_report = loop.time() + QUORUM_CHECK_INTERVAL_S
+                if last_logged is None:
+                    self._write_state(state)
+                log.warning("controller %d is %s", self.config.node.id, state)
+                last_logged = now
             await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
@@ -365,9 +353,3 @@ def _measured(handle: Any, metrics: BrokerMetrics) -> Any:
                 observe(header.api_key, started)
 
     return measured
-
-
-def _write_json_atomically(path: Path, document: dict[str, object]) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(document))
-    os.replace(temporary, path)

@@ -53,11 +53,10 @@ __all__ = [
     "MIN_ISR_KEY",
     "UNCLEAN_ELECTION_KEY",
     "departure_changes",
+    "elect_without_isr",
     "fence_broker",
     "fence_brokers",
-    "fencing_changes",
     "first_alive_replica",
-    "first_live_replica",
     "leader_change",
     "min_insync_replicas",
     "preferred_leader_imbalance",
@@ -129,39 +128,16 @@ def leader_change(
     *,
     leader: int,
     isr: tuple[int, ...],
-    elr: Collection[int] | None = None,
-    min_isr: int = 1,
+    min_isr: int,
 ) -> PartitionChange:
-    """A PartitionChange to ``leader``/``isr`` (ELR: ``elr``, default the current one), with the
-    rules of ``settled_change``; always a record, even when nothing but the epoch moves."""
+    """The PartitionChange that moves leadership to ``leader`` (a new one) with ``isr``,
+    keeping the ELR rules of ``settled_change``."""
+    assert leader != state.leader, "a leader change must change the leader"
     change = settled_change(
-        topic,
-        partition,
-        state,
-        leader=leader,
-        isr=isr,
-        elr=state.elr if elr is None else elr,
-        min_isr=min_isr,
+        topic, partition, state, leader=leader, isr=isr, elr=state.elr, min_isr=min_isr
     )
-    if change is not None:
-        return change
-    return PartitionChange(
-        topic_id=topic.topic_id,
-        partition=partition,
-        leader=leader,
-        leader_epoch=state.leader_epoch,
-        isr=state.isr,
-        partition_epoch=state.partition_epoch + 1,
-        elr=state.elr,
-    )
-
-
-def first_live_replica(
-    image: MetadataImage, state: PartitionState, *, among: Collection[int] | None, exclude: int
-) -> int | None:
-    """The first replica (replica order) that is alive, not ``exclude`` and, if given, in
-    ``among``. (Named for history: elections only ever pick alive brokers.)"""
-    return first_alive_replica(image, state, among=among, exclude=(exclude,))
+    assert change is not None
+    return change
 
 
 def first_alive_replica(
@@ -181,6 +157,42 @@ def first_alive_replica(
     return None
 
 
+def elect_without_isr(
+    image: MetadataImage,
+    topic: TopicImage,
+    partition: int,
+    state: PartitionState,
+    *,
+    isr: tuple[int, ...],
+    elr: tuple[int, ...],
+    gone: Collection[int] = (),
+    min_isr: int,
+    unclean: bool,
+) -> PartitionChange | None:
+    """``state`` needs a leader and none of ``isr`` is alive: its first alive ELR member leads
+    (ISR = [it]; the former ISR members join the ELR, each holding every acknowledged record);
+    with none and ``unclean``, the first alive replica leads with ISR = [it] and no ELR. None
+    if neither is possible. ``gone``: brokers leaving now, never chosen."""
+    eligible = first_alive_replica(image, state, among=elr, exclude=gone)
+    if eligible is not None:
+        return settled_change(
+            topic,
+            partition,
+            state,
+            leader=eligible,
+            isr=(eligible,),
+            elr=set(elr) | set(isr),
+            min_isr=min_isr,
+        )
+    if unclean:
+        chosen = first_alive_replica(image, state, among=None, exclude=gone)
+        if chosen is not None:
+            return settled_change(
+                topic, partition, state, leader=chosen, isr=(chosen,), elr=(), min_isr=min_isr
+            )
+    return None
+
+
 def _leaderless(
     image: MetadataImage,
     topic: TopicImage,
@@ -193,24 +205,20 @@ def _leaderless(
     min_isr: int,
 ) -> PartitionChange | None:
     """``state`` needs a leader and none of ``isr`` is alive: an ELR member, an unclean
-    choice, or offline with ``isr`` kept whole."""
-    eligible = first_alive_replica(image, state, among=elr, exclude=gone)
-    if eligible is not None:
-        return settled_change(
-            topic,
-            partition,
-            state,
-            leader=eligible,
-            isr=(eligible,),
-            elr=set(elr) | set(isr),
-            min_isr=min_isr,
-        )
-    if unclean_enabled(topic):
-        unclean = first_alive_replica(image, state, among=None, exclude=gone)
-        if unclean is not None:
-            return settled_change(
-                topic, partition, state, leader=unclean, isr=(unclean,), elr=(), min_isr=min_isr
-            )
+    choice where the topic allows it, or offline with ``isr`` kept whole."""
+    elected = elect_without_isr(
+        image,
+        topic,
+        partition,
+        state,
+        isr=isr,
+        elr=elr,
+        gone=gone,
+        min_isr=min_isr,
+        unclean=unclean_enabled(topic),
+    )
+    if elected is not None:
+        return elected
     return settled_change(topic, partition, state, leader=-1, isr=isr, elr=elr, min_isr=min_isr)
 
 
@@ -281,13 +289,6 @@ def departure_changes(
         if change is not None:
             changes.append(change)
     return changes
-
-
-def fencing_changes(
-    image: MetadataImage, broker_id: int, *, default_min_isr: int = 1
-) -> list[Record]:
-    """The PartitionChanges that fencing ``broker_id`` implies (without the FenceBroker)."""
-    return departure_changes(image, (broker_id,), default_min_isr=default_min_isr)
 
 
 def fence_brokers(

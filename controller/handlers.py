@@ -24,6 +24,7 @@ from typing import Any
 
 from flux.controller.election import (
     departure_changes,
+    elect_without_isr,
     fence_broker,
     fence_brokers,
     first_alive_replica,
@@ -815,26 +816,16 @@ def _elect_one(
     clean = first_alive_replica(image, state, among=state.isr)
     if clean is not None:
         return leader_change(topic, partition, state, leader=clean, isr=state.isr, min_isr=min_isr)
-    eligible = first_alive_replica(image, state, among=state.elr)
-    if eligible is not None:
-        return leader_change(
-            topic,
-            partition,
-            state,
-            leader=eligible,
-            isr=(eligible,),
-            elr=set(state.elr) | set(state.isr),
-            min_isr=min_isr,
-        )
-    unclean = first_alive_replica(image, state, among=None)
-    if unclean is None:
+    # An operator's unclean election: an eligible replica if one is alive, else any.
+    elected = elect_without_isr(
+        image, topic, partition, state, isr=state.isr, elr=state.elr, min_isr=min_isr, unclean=True
+    )
+    if elected is None:
         raise _Rejected(
             ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
             f"none of the replicas {list(state.replicas)} is alive",
         )
-    return leader_change(
-        topic, partition, state, leader=unclean, isr=(unclean,), elr=(), min_isr=min_isr
-    )
+    return elected
 
 
 def elect_leaders(
@@ -846,7 +837,8 @@ def elect_leaders(
 ) -> ControllerResult:
     """Kafka's ElectLeaders: ``"preferred"`` moves leadership to the preferred replica where it
     is alive and in the ISR; ``"unclean"`` gives offline partitions a leader (an alive ISR
-    member if any, else an alive ELR member, else the first alive replica, with ISR = [it]). ``partitions=None`` means all.
+    member if any, else an alive ELR member, else the first alive replica, with ISR = [it]).
+    ``partitions=None`` means all.
     Per-partition outcomes are in ``response["partitions"]``."""
     if election_type not in ELECTION_TYPES:
         return _error(

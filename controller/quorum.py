@@ -317,8 +317,7 @@ class MetadataQuorum:
         self._deltas.append((image.version, record_dicts))
         self._delta_records += len(record_dicts)
         while self._deltas and (
-            len(self._deltas) > self._max_delta_versions
-            or self._delta_records > MAX_DELTA_RECORDS
+            len(self._deltas) > self._max_delta_versions or self._delta_records > MAX_DELTA_RECORDS
         ):
             version, dropped = self._deltas.popleft()
             self._delta_base = version

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from flux.controller.records import record_from_dict
 from flux.protocol.errors import ErrorCode
 
 from ..config import NodeConfig
+from ..launcher import write_json_atomically
 from ..replication.replica_manager import ReplicaManager
 from .controller_client import ControllerClient, ControllerUnavailableError
 
@@ -74,12 +74,7 @@ def log_dir_id(data_dir: Path) -> str:
         log.warning("cannot read %s (%s): making a new directory id", path, error)
     directory_id = uuid.uuid4().hex
     data_dir.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    with open(temporary, "w") as file:
-        json.dump({"directory_id": directory_id}, file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    write_json_atomically(path, {"directory_id": directory_id}, fsync=True)
     return directory_id
 
 

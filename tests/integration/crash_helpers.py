@@ -83,10 +83,11 @@ def high_watermarks(node: NodeProcess, topic: str = TOPIC) -> dict[int, int]:
     from flux.protocol.api import ApiKey
 
     ends = {}
-    for partition in metadata(node, [topic])["topics"][0]["partitions"]:
+    answer = metadata(node, [topic])
+    brokers = {b["node_id"]: b for b in answer["brokers"]}
+    for partition in answer["topics"][0]["partitions"]:
         index = partition["partition_index"]
         leader = partition["leader_id"]
-        brokers = {b["node_id"]: b for b in metadata(node, [])["brokers"]}
         address = f"{brokers[leader]['host']}:{brokers[leader]['port']}"
         with KafkaConnection.from_bootstrap(address, timeout_s=10) as conn:
             answer = conn.request(
