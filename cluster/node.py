@@ -173,7 +173,7 @@ class Node:
             host=config.broker.host,
             port=config.broker.http_port,
             health=self._health,
-            replica_fetch=replicas.handle_replica_fetch,
+            replication=replicas,
             routes=http_api.routes(),
         )
         await self.http.start()

@@ -140,6 +140,7 @@ class MemoryTopicCleaner:
         memory_log.delete_records_before(target)
         partition.epochs.truncate_from_start(memory_log.log_start_offset)
         partition.producers.truncate_before(memory_log.log_start_offset)
+        partition.notify_sessions(urgent=False)  # followers adopt the new log start
         removed = memory_log.log_start_offset - before
         self._metrics.memory_cleanup_removed.labels(partition.topic).inc(removed)
         log.info(

@@ -9,13 +9,15 @@ brokers can reach it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 
-from ..replication.wire import PartitionData, encode_fetch_response
+from ..replication.session import FetchSession, SessionOverflowError
+from ..replication.wire import ReplicationWireError, decode_fetch_request, encode_fetch_response
 
 __all__ = ["BrokerHttpServer"]
 
@@ -23,7 +25,14 @@ log = logging.getLogger("flux.cluster.http")
 
 MAX_REQUEST_BYTES = 4 << 20
 
-ReplicaFetchHandler = Callable[[dict[str, Any]], Awaitable[list[PartitionData]]]
+#: Largest replication request accepted (a full request names every followed partition).
+MAX_REPLICATION_MESSAGE_BYTES = 64 << 20
+
+
+class ReplicationEndpoint(Protocol):
+    def open_fetch_session(self, replica_id: int, incarnation_id: str) -> FetchSession: ...
+
+    def close_fetch_session(self, session: FetchSession) -> None: ...
 
 
 class BrokerHttpServer:
@@ -35,13 +44,14 @@ class BrokerHttpServer:
         host: str,
         port: int,
         health: Callable[[], dict[str, Any]],
-        replica_fetch: ReplicaFetchHandler,
+        replication: ReplicationEndpoint,
         routes: list[web.RouteDef] | None = None,
     ) -> None:
         self._host = host
         self._port = port
         self._health = health
-        self._replica_fetch = replica_fetch
+        self._replication = replication
+        self._replication_sockets: set[web.WebSocketResponse] = set()
         self._routes = list(routes or [])
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -52,7 +62,7 @@ class BrokerHttpServer:
             [
                 web.get("/health", self._get_health),
                 web.get("/ping", self._ping),
-                web.post("/replication/fetch", self._post_replication_fetch),
+                web.get("/replication/session", self._replication_session),
                 *self._routes,
             ]
         )
@@ -65,6 +75,13 @@ class BrokerHttpServer:
         self.port = server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
+        # Followers' sessions are long-lived: close them, or the runner waits for them.
+        sockets = list(self._replication_sockets)
+        if sockets:
+            await asyncio.gather(
+                *(socket.close(code=WSCloseCode.GOING_AWAY) for socket in sockets),
+                return_exceptions=True,
+            )
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -72,29 +89,54 @@ class BrokerHttpServer:
         document = self._health()
         return web.json_response(document, status=200 if document.get("healthy") else 503)
 
-    async def _post_replication_fetch(self, request: web.Request) -> web.StreamResponse:
-        """Leader side of follower replication: JSON request, binary answer."""
+    async def _replication_session(self, request: web.Request) -> web.StreamResponse:
+        """Leader side of replication: a follower's fetch session on one WebSocket (binary
+        requests and answers, see ``replication/session.py`` and ``replication/wire.py``)."""
         try:
-            body = await request.json()
-            if not isinstance(body, dict) or not isinstance(body.get("partitions"), list):
-                raise ValueError("the body must be an object with a partitions list")
-            answers = await self._replica_fetch(body)
-        except (ValueError, KeyError, TypeError) as error:
-            # json.JSONDecodeError is a ValueError.
-            log.warning("bad replication fetch from %s: %s", request.remote, error)
-            return web.json_response({"error": f"bad replication fetch: {error}"}, status=400)
-        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-        chunks = encode_fetch_response(answers)
-        response.content_length = sum(len(chunk) for chunk in chunks)
+            replica_id = int(request.query["replica_id"])
+            incarnation_id = request.query["broker_epoch"]
+        except (KeyError, ValueError) as error:
+            return web.json_response(
+                {"error": f"a replication session needs replica_id and broker_epoch: {error}"},
+                status=400,
+            )
+        socket = web.WebSocketResponse(
+            compress=False, max_msg_size=MAX_REPLICATION_MESSAGE_BYTES, timeout=1.0
+        )
+        await socket.prepare(request)
+        session = self._replication.open_fetch_session(replica_id, incarnation_id)
+        reader = asyncio.create_task(self._read_fetch_requests(socket, session))
+        self._replication_sockets.add(socket)
         try:
-            await response.prepare(request)
-            for chunk in chunks:
-                await response.write(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
-            await response.write_eof()
+            while (fetch := await session.next_request()) is not None:
+                answers = await session.serve(fetch)
+                if socket.closed:
+                    break
+                await socket.send_bytes(b"".join(encode_fetch_response(answers)))
         except ConnectionError as error:
-            # The follower went away while its long-poll was parked (it died or timed out).
-            log.debug("replication fetch from %s not delivered: %s", request.remote, error)
-        return response
+            log.debug("replication session of broker %d ended: %s", replica_id, error)
+        finally:
+            self._replication_sockets.discard(socket)
+            self._replication.close_fetch_session(session)
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            await socket.close()
+        return socket
+
+    async def _read_fetch_requests(
+        self, socket: web.WebSocketResponse, session: FetchSession
+    ) -> None:
+        """Queue the follower's requests on its session; a bad message closes the session."""
+        try:
+            async for message in socket:
+                if message.type is not WSMsgType.BINARY:
+                    raise ReplicationWireError(f"unexpected {message.type.name} message")
+                session.push(decode_fetch_request(message.data))
+        except (ReplicationWireError, SessionOverflowError) as error:
+            log.warning("bad replication request from broker %d: %s", session.replica_id, error)
+            await socket.close(code=WSCloseCode.UNSUPPORTED_DATA, message=str(error)[:120].encode())
+        finally:
+            session.close()
 
     async def _ping(self, request: web.Request) -> web.Response:
         return web.json_response({"pong": True})

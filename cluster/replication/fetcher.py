@@ -1,22 +1,29 @@
-"""Follower side of replication: one fetcher per leader broker, over aiohttp.
+"""Follower side of replication: one fetch session per leader broker, over an aiohttp WebSocket.
 
-For every broker that leads partitions this broker follows, one task long-polls
-``POST /replication/fetch`` on the leader's HTTP port with all those partitions: each with its
-fetch offset (this replica's log end), the epoch of its last batch, the leader epoch it
-follows, and its topic id. It applies the binary answer partition by partition: append the
-batches as they are (offsets and epochs from the leader), follow the leader's high watermark
-and log start, truncate a divergent tail to where the leader says the common history ends,
-or restart an empty log when the leader no longer has what this replica needs.
+For every broker that leads partitions this broker follows, a ``_LeaderLink`` keeps one
+WebSocket open to ``GET /replication/session`` on the leader's HTTP port and runs a fetch
+session on it (the leader's side and the rules are in ``session.py``). The first request on a
+connection names every partition followed there with its position (this replica's log end, the
+epoch of its last batch, the leader epoch it follows, its topic id); later requests name only
+partitions whose position moved (batches appended, a truncation, a new leader epoch), newly
+followed ones, and ``forgotten`` ones. So a round costs what moved, not what exists.
 
-The set of partitions per leader is read from the ``ReplicaManager`` on every round, so role
-changes take effect at the next fetch; an image change also wakes idle fetchers.
+Each answer is applied partition by partition: append the batches as they are (offsets and
+epochs from the leader), follow the leader's high watermark and log start, truncate a
+divergent tail to where the leader says the common history ends, or restart an empty log when
+the leader no longer has what this replica needs. A partition answered with an error is named
+again after ``ERROR_BACKOFF_S`` (the request then waits no longer than that).
+
+The partitions followed from each leader are regrouped on every metadata image (a pass over
+this broker's partitions per image change, never per round). A change for a leader whose
+request is parked is sent at once as a second request, which ends the parked one's wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections import deque
 
 import aiohttp
 from flux.controller.image import MetadataImage
@@ -25,7 +32,14 @@ from flux.storage import StorageError
 
 from .partition import Partition
 from .replica_manager import ReplicaManager
-from .wire import PartitionData, ReplicationWireError, decode_fetch_response
+from .wire import (
+    FetchEntry,
+    FetchRequest,
+    PartitionData,
+    ReplicationWireError,
+    decode_fetch_response,
+    encode_fetch_request,
+)
 
 __all__ = ["ReplicaFetcherManager"]
 
@@ -34,63 +48,72 @@ log = logging.getLogger("flux.cluster.fetcher")
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 16 << 20
 PARTITION_FETCH_MAX_BYTES = 4 << 20
+#: An answer later than its request's wait plus this margin means the connection is dead.
 FETCH_TIMEOUT_MARGIN_S = 2.0
+CONNECT_TIMEOUT_S = 2.0
 ERROR_BACKOFF_S = 0.1
 MAX_ERROR_BACKOFF_S = 1.0
 #: ``stop`` waits this long for the fetcher tasks, then leaves them (the process is exiting).
 STOP_TIMEOUT_S = 5.0
 
+TopicPartition = tuple[str, int]
+#: What the leader's session holds for a partition: topic id, fetch offset, last fetched
+#: epoch, leader epoch.
+Position = tuple[str, int, int, int]
+
+
+class _LeaderClosedError(ReplicationWireError):
+    """The leader closed the session (it stops, or refused a request)."""
+
 
 class ReplicaFetcherManager:
-    """Starts and stops one fetcher task per leader broker, as the metadata image changes."""
+    """Starts one ``_LeaderLink`` per leader broker and regroups partitions on every image."""
 
     def __init__(self, replicas: ReplicaManager, *, broker_id: int, incarnation_id: str) -> None:
         self._replicas = replicas
-        self._broker_id = broker_id
-        self._incarnation_id = incarnation_id
-        self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._image_changed = asyncio.Event()
-        # One HTTP session (connection pool) per leader, like Kafka's fetcher threads: a slow
-        # or dead leader never holds up the fetches from the others.
-        self._sessions: dict[int, aiohttp.ClientSession] = {}
-        self._stopping = False
+        self.broker_id = broker_id
+        self.incarnation_id = incarnation_id
+        self._links: dict[int, _LeaderLink] = {}
+        self._client: aiohttp.ClientSession | None = None
+        self.stopping = False
         replicas.add_image_listener(self._on_image)
 
-    def _on_image(self, image: MetadataImage) -> None:
-        if self._stopping:
-            return
-        leaders = {p.state.leader for p in self._followed()}
-        for leader in leaders - set(self._tasks):
-            if leader >= 0 and leader != self._broker_id:
-                self._tasks[leader] = asyncio.create_task(self._fetch_forever(leader))
-        self._image_changed.set()
-        self._image_changed = asyncio.Event()
+    @property
+    def image(self) -> MetadataImage:
+        return self._replicas.image
 
-    def _followed(self, leader: int | None = None) -> list[Partition]:
-        return [
-            p
-            for p in self._replicas.partitions()
-            if not p.is_leader and (leader is None or p.state.leader == leader)
-        ]
+    def _on_image(self, image: MetadataImage) -> None:
+        if self.stopping:
+            return
+        groups: dict[int, dict[TopicPartition, Partition]] = {}
+        for partition in self._replicas.partitions():
+            leader = partition.state.leader
+            if not partition.is_leader and leader >= 0 and leader != self.broker_id:
+                groups.setdefault(leader, {})[(partition.topic, partition.index)] = partition
+        for leader, link in self._links.items():
+            link.follow(groups.pop(leader, {}))
+        for leader, partitions in groups.items():
+            link = _LeaderLink(self, leader)
+            self._links[leader] = link
+            link.follow(partitions)
+            link.start()
+
+    def client(self) -> aiohttp.ClientSession:
+        if self._client is None or self._client.closed:
+            self._client = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=1.0)
+            )
+        return self._client
 
     async def stop(self) -> None:
-        """Cancel every fetcher, close the connection pools, wait (bounded) for the tasks.
-
-        The pools are closed before waiting: a fetch cancelled while aiohttp was inside its
-        request could keep its task waiting on the connection, and a node's SIGTERM then never
-        finished (1 restart in 4 to 13 under the chaos suite's rolling restarts). Closing the
-        pools aborts those requests; ``_stopping`` keeps a loop that still wakes up from
-        opening a new pool, and the bounded wait keeps shutdown from hanging regardless.
-        """
-        self._stopping = True
-        tasks = list(self._tasks.values())
-        self._tasks.clear()
+        """Cancel every link, close the connections, wait (bounded) for the tasks."""
+        self.stopping = True
+        tasks = [link.task for link in self._links.values() if link.task is not None]
+        self._links.clear()
         for task in tasks:
             task.cancel()
-        sessions = list(self._sessions.values())
-        self._sessions.clear()
-        for session in sessions:
-            await session.close()
+        if self._client is not None:
+            await self._client.close()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
             if pending:
@@ -98,98 +121,8 @@ class ReplicaFetcherManager:
                     "%d replica fetchers did not stop in %.0f s", len(pending), STOP_TIMEOUT_S
                 )
 
-    async def _reset_client(self, leader: int) -> None:
-        """Drop the leader's connection pool after a failure: its connections may be dead."""
-        session = self._sessions.pop(leader, None)
-        if session is not None:
-            await session.close()
-
-    def _client(self, leader: int) -> aiohttp.ClientSession:
-        session = self._sessions.get(leader)
-        if session is None:
-            session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=1.0)
-            )
-            self._sessions[leader] = session
-        return session
-
-    async def _fetch_forever(self, leader: int) -> None:
-        """One leader's fetch loop; it never dies on an unexpected error (logged, retried)."""
-        while not self._stopping:
-            try:
-                await self._fetch_rounds(leader)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("fetcher for leader %d failed; restarting it", leader)
-                await asyncio.sleep(MAX_ERROR_BACKOFF_S)
-
-    async def _fetch_rounds(self, leader: int) -> None:
-        backoff = ERROR_BACKOFF_S
-        while not self._stopping:
-            partitions = self._followed(leader)
-            registration = self._replicas.image.brokers.get(leader)
-            if not partitions or registration is None or registration.fenced:
-                log.debug("fetcher for broker %d idle (%d partitions)", leader, len(partitions))
-                await self._image_changed.wait()
-                continue
-            try:
-                # Our own bound, on top of aiohttp's: a request stuck on a pooled connection
-                # must end well before the leader counts this follower as lagging.
-                answers = await asyncio.wait_for(
-                    self._fetch(leader, registration.http_host, registration.http_port, partitions),
-                    FETCH_MAX_WAIT_MS / 1000 + FETCH_TIMEOUT_MARGIN_S,
-                )
-            except (aiohttp.ClientError, TimeoutError, OSError, ReplicationWireError) as error:
-                log.debug("fetch from broker %d failed: %r", leader, error)
-                await self._reset_client(leader)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_ERROR_BACKOFF_S)
-                continue
-            backoff = ERROR_BACKOFF_S
-            had_error = False
-            for answer in answers:
-                had_error |= not self._apply(leader, answer)
-            if had_error:
-                await asyncio.sleep(ERROR_BACKOFF_S)
-
-    async def _fetch(
-        self, leader: int, host: str, port: int, partitions: list[Partition]
-    ) -> list[PartitionData]:
-        body: dict[str, Any] = {
-            "replica_id": self._broker_id,
-            "broker_epoch": self._incarnation_id,
-            "max_wait_ms": FETCH_MAX_WAIT_MS,
-            "min_bytes": 1,
-            "max_bytes": FETCH_MAX_BYTES,
-            "partitions": [
-                {
-                    "topic": p.topic,
-                    "topic_id": p.topic_id,
-                    "partition": p.index,
-                    "fetch_offset": p.log_end_offset,
-                    "last_fetched_epoch": p.epochs.latest_epoch,
-                    "leader_epoch": p.leader_epoch,
-                    "partition_max_bytes": PARTITION_FETCH_MAX_BYTES,
-                }
-                for p in partitions
-            ],
-        }
-        # Well under replica_lag_time_max_ms: a hung request must fail and be retried before the
-        # leader counts this follower as lagging.
-        timeout = aiohttp.ClientTimeout(
-            total=FETCH_MAX_WAIT_MS / 1000 + FETCH_TIMEOUT_MARGIN_S, sock_connect=1.0
-        )
-        async with self._client(leader).post(
-            f"http://{host}:{port}/replication/fetch", json=body, timeout=timeout
-        ) as response:
-            payload = await response.read()
-            if response.status != 200:
-                raise ReplicationWireError(f"HTTP {response.status}: {payload[:200]!r}")
-        return decode_fetch_response(payload)
-
-    def _apply(self, leader: int, answer: PartitionData) -> bool:
-        """Apply one partition's answer; False if it carried an error."""
+    def apply(self, leader: int, answer: PartitionData) -> bool:
+        """Apply one partition's answer; False if it carried an error or could not be stored."""
         partition = self._replicas.partition(answer.topic, answer.partition)
         if partition is None or partition.is_leader or partition.state.leader != leader:
             return True  # the role changed while the fetch was in flight
@@ -207,3 +140,200 @@ class ReplicaFetcherManager:
             )
             log.log(level, "%s (leader %d): %s", name, leader, problem)
         return answer.error_code in (0, ErrorCode.OFFSET_OUT_OF_RANGE)
+
+
+class _LeaderLink:
+    """The fetch session with one leader: reconnects with backoff, never dies on an error."""
+
+    def __init__(self, manager: ReplicaFetcherManager, leader: int) -> None:
+        self._manager = manager
+        self.leader = leader
+        self.wanted: dict[TopicPartition, Partition] = {}
+        self._regrouped = True
+        self._changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    def follow(self, wanted: dict[TopicPartition, Partition]) -> None:
+        self.wanted = wanted
+        self._regrouped = True
+        self._changed.set()
+
+    async def _run(self) -> None:
+        backoff = ERROR_BACKOFF_S
+        while not self._manager.stopping:
+            registration = self._manager.image.brokers.get(self.leader)
+            if not self.wanted or registration is None or registration.fenced:
+                log.debug(
+                    "fetcher for broker %d idle (%d partitions)", self.leader, len(self.wanted)
+                )
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            address = (registration.http_host, registration.http_port)
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    socket = await self._manager.client().ws_connect(
+                        f"http://{address[0]}:{address[1]}/replication/session",
+                        params={
+                            "replica_id": str(self._manager.broker_id),
+                            "broker_epoch": self._manager.incarnation_id,
+                        },
+                        compress=0,
+                        max_msg_size=0,
+                        timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=1.0),
+                    )
+                try:
+                    if await self._session(socket, address):
+                        backoff = ERROR_BACKOFF_S
+                finally:
+                    await socket.close()
+            except asyncio.CancelledError:
+                raise
+            except (aiohttp.ClientError, TimeoutError, OSError, ReplicationWireError) as error:
+                log.debug("replication session with broker %d failed: %r", self.leader, error)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_ERROR_BACKOFF_S)
+            except Exception:
+                log.exception("fetcher for leader %d failed; restarting it", self.leader)
+                await asyncio.sleep(MAX_ERROR_BACKOFF_S)
+
+    async def _session(
+        self, socket: aiohttp.ClientWebSocketResponse, address: tuple[str, int]
+    ) -> bool:
+        """Run the session until the leader moves or has nothing for us; raises on a broken
+        connection. True once at least one answer arrived."""
+        loop = asyncio.get_running_loop()
+        sent: dict[TopicPartition, Position] = {}
+        pending: set[TopicPartition] = set()
+        forgotten: list[TopicPartition] = []
+        retry_at: dict[TopicPartition, float] = {}
+        in_flight: deque[float] = deque()  # deadlines of the requests awaiting answers
+        receive: asyncio.Future[aiohttp.WSMessage] | None = None
+        changed: asyncio.Future[bool] | None = None
+        answered = False
+        self._regrouped = True
+        try:
+            while not self._manager.stopping:
+                registration = self._manager.image.brokers.get(self.leader)
+                if (
+                    registration is None
+                    or registration.fenced
+                    or (registration.http_host, registration.http_port) != address
+                    or not self.wanted
+                ):
+                    return answered
+                if self._regrouped:
+                    self._regrouped = False
+                    self._regroup(sent, pending, forgotten, retry_at)
+                now = loop.time()
+                for key, at in list(retry_at.items()):
+                    if at <= now:
+                        del retry_at[key]
+                        pending.add(key)
+                if not in_flight or (len(in_flight) == 1 and (pending or forgotten)):
+                    max_wait_ms = FETCH_MAX_WAIT_MS
+                    if retry_at:
+                        soonest = min(retry_at.values()) - now
+                        max_wait_ms = max(0, min(max_wait_ms, int(soonest * 1000) + 1))
+                    request = FetchRequest(
+                        max_wait_ms, FETCH_MAX_BYTES, self._entries(pending, sent), forgotten
+                    )
+                    pending.clear()
+                    forgotten = []
+                    await socket.send_bytes(encode_fetch_request(request))
+                    in_flight.append(now + max_wait_ms / 1000 + FETCH_TIMEOUT_MARGIN_S)
+                if receive is None:
+                    receive = asyncio.ensure_future(socket.receive())
+                if changed is None:
+                    changed = asyncio.ensure_future(self._changed.wait())
+                done, _ = await asyncio.wait(
+                    (receive, changed),
+                    timeout=max(in_flight[0] - loop.time(), 0),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if changed in done:
+                    changed = None
+                    self._changed.clear()
+                if receive not in done:
+                    if not done:
+                        raise TimeoutError(f"broker {self.leader} did not answer a fetch")
+                    continue
+                message = receive.result()
+                receive = None
+                if message.type is not aiohttp.WSMsgType.BINARY:
+                    raise _LeaderClosedError(f"leader closed the session ({message.type.name})")
+                in_flight.popleft()
+                answered = True
+                self._apply(decode_fetch_response(message.data), sent, pending, retry_at)
+            return answered
+        finally:
+            for future in (receive, changed):
+                if future is not None:
+                    future.cancel()
+
+    def _regroup(
+        self,
+        sent: dict[TopicPartition, Position],
+        pending: set[TopicPartition],
+        forgotten: list[TopicPartition],
+        retry_at: dict[TopicPartition, float],
+    ) -> None:
+        """After an image change: forget what we no longer follow here, name what is new or
+        follows a new leader epoch."""
+        for key in [key for key in sent if key not in self.wanted]:
+            del sent[key]
+            forgotten.append(key)
+        for key in [key for key in retry_at if key not in self.wanted]:
+            del retry_at[key]
+        for key, partition in self.wanted.items():
+            held = sent.get(key)
+            if key in retry_at:
+                continue
+            if held is None or held[0] != partition.topic_id or held[3] != partition.leader_epoch:
+                pending.add(key)
+
+    def _entries(
+        self, pending: set[TopicPartition], sent: dict[TopicPartition, Position]
+    ) -> list[FetchEntry]:
+        entries = []
+        for key in pending:
+            partition = self.wanted.get(key)
+            if partition is None or partition.is_leader or partition.state.leader != self.leader:
+                continue
+            position = (
+                partition.topic_id,
+                partition.log_end_offset,
+                partition.epochs.latest_epoch,
+                partition.leader_epoch,
+            )
+            sent[key] = position
+            entries.append(FetchEntry(key[0], key[1], *position, PARTITION_FETCH_MAX_BYTES))
+        return entries
+
+    def _apply(
+        self,
+        answers: list[PartitionData],
+        sent: dict[TopicPartition, Position],
+        pending: set[TopicPartition],
+        retry_at: dict[TopicPartition, float],
+    ) -> None:
+        now = asyncio.get_running_loop().time()
+        for answer in answers:
+            key = (answer.topic, answer.partition)
+            stored = self._manager.apply(self.leader, answer)
+            if answer.error_code == ErrorCode.NONE and answer.diverging_epoch < 0:
+                if not stored:
+                    # The leader moved its position past batches we could not store: name
+                    # our real position again, after a pause.
+                    retry_at[key] = now + ERROR_BACKOFF_S
+                elif answer.records:
+                    pending.add(key)  # confirm the new position (it moves the high watermark)
+                continue
+            sent.pop(key, None)  # the leader dropped it from the session
+            if answer.error_code in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE) and stored:
+                pending.add(key)  # truncated or restarted: fetch from the new position
+            else:
+                retry_at[key] = now + ERROR_BACKOFF_S

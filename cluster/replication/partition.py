@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flux.controller.image import PartitionState
 from flux.protocol.errors import ErrorCode
@@ -34,6 +34,9 @@ from flux.storage.producer_state import ProducerStateManager, Verdict, increment
 from ..http.dedup import MessageIdIndex, message_ids_in
 from ..topics import TopicConfig
 from .wire import PartitionData
+
+if TYPE_CHECKING:
+    from .session import FetchSession
 
 __all__ = ["DelayedProduce", "FollowerState", "Partition", "ProducerRejectedError"]
 
@@ -68,6 +71,10 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     leader_end_offset_at_last_fetch: int = -1
+    #: The follower's fetch sessions holding this partition (one, or briefly two while a
+    #: reconnect replaces the old one): they are told of appends and high watermark moves,
+    #: and while one lives an idle, caught-up follower stays caught up.
+    sessions: set[FetchSession] = field(default_factory=set)
 
 
 @dataclass
@@ -121,6 +128,9 @@ class Partition:
         if self.dedup.covered_end < self.log_end_offset:
             self.rebuild_dedup()  # the window survives failover: ids come from the log
         now = self.clock_ms()
+        # Sessions holding this partition at an older epoch are told, so they answer with the
+        # fencing error and the followers name it again at the new epoch.
+        self.notify_sessions(urgent=True)
         # Followers start as "caught up now", so a new leader does not drop them from the ISR
         # before they had a chance to fetch from it.
         self.followers = {
@@ -135,6 +145,7 @@ class Partition:
         assert state.leader_epoch >= self.state.leader_epoch, "leader epochs never go back"
         self.state = state
         self.is_leader = False
+        self.notify_sessions(urgent=True)  # they answer NOT_LEADER_OR_FOLLOWER and forget it
         self.followers = {}
         self.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.wake_waiters()
@@ -216,6 +227,7 @@ class Partition:
             self.dedup.covered_end = self.log_end_offset
         self.maybe_advance_high_watermark()
         self.wake_waiters()
+        self.notify_sessions(urgent=True)
         return result
 
     def _drop_duplicate_ids(self, records: bytes | memoryview) -> bytes | memoryview | AppendResult:
@@ -354,6 +366,7 @@ class Partition:
         assert candidate <= self.log_end_offset
         self.high_watermark = candidate
         self._complete_delayed()
+        self.notify_sessions(urgent=False)
         return True
 
     def add_delayed_produce(self, required_offset: int) -> asyncio.Future[ErrorCode]:
@@ -387,15 +400,26 @@ class Partition:
         self.delayed = []
 
     def lagging_followers(self, lag_time_max_ms: int) -> list[int]:
-        """ISR members that have not caught up within ``lag_time_max_ms``."""
+        """ISR members that have not caught up within ``lag_time_max_ms``.
+
+        A follower whose session holds this partition names it in a request only when its
+        position moves; while it has the whole log, every request of its session is a fetch
+        at the log end, so it was caught up at the session's last request.
+        """
         now = self.clock_ms()
-        return [
-            replica
-            for replica in self.state.isr
-            if replica != self.broker_id
-            and now - self.followers.get(replica, FollowerState()).last_caught_up_ms
-            > lag_time_max_ms
-        ]
+        lagging = []
+        for replica in self.state.isr:
+            if replica == self.broker_id:
+                continue
+            follower = self.followers.get(replica, FollowerState())
+            caught_up = follower.last_caught_up_ms
+            if follower.sessions and follower.log_end_offset >= self.log_end_offset:
+                caught_up = max(
+                    caught_up, *(session.last_fetch_ms for session in follower.sessions)
+                )
+            if now - caught_up > lag_time_max_ms:
+                lagging.append(replica)
+        return lagging
 
     def caught_up_followers(self) -> list[int]:
         """Replicas outside the ISR whose log reached the high watermark and the start of the
@@ -540,6 +564,15 @@ class Partition:
         return min(leader_end_offset, own_end, self.log_end_offset)
 
     # -- shared -------------------------------------------------------------------------------
+
+    def notify_sessions(self, *, urgent: bool) -> None:
+        """Tell the followers' fetch sessions that this partition has news: data or a role
+        change (``urgent``: answered at once), or a new high watermark or log start (sent
+        with their next answer)."""
+        key = (self.topic, self.index)
+        for follower in self.followers.values():
+            for session in follower.sessions:
+                session.mark(key, urgent=urgent)
 
     def wake_waiters(self) -> None:
         for waiter in self.waiters:

@@ -8,7 +8,8 @@ delete replicas that moved away or whose topic was deleted, and push topic confi
 the logs. Request handlers then ask ``partition_for_leader`` and get either the partition or
 the Kafka error that explains why this broker cannot serve it.
 
-A fetch that must wait for data awaits ``wait_for_data``, which completes when any of the
+Followers fetch through ``FetchSession``s (``open_fetch_session``, see ``session.py``). A
+client fetch that must wait for data awaits ``wait_for_data``, which completes when any of the
 partitions it names receives an append or changes role. Background tasks apply retention, the
 time-based flush policy, and checkpoint recovery points to the node-local LMDB store.
 
@@ -26,7 +27,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from flux.controller.image import MetadataDelta, MetadataImage, PartitionState, TopicImage
 from flux.protocol.errors import ErrorCode
@@ -38,7 +38,7 @@ from ..config import NodeConfig
 from ..http.dedup import MessageIdIndex
 from ..topics import TopicConfig
 from .partition import Partition
-from .wire import PartitionData
+from .session import FetchSession
 
 __all__ = ["Partition", "ReplicaManager"]  # Partition is re-exported for the handlers
 
@@ -50,10 +50,6 @@ _LEADER_EPOCHS = "leader-epochs"
 _PRODUCER_STATE = "producer-state"
 _DELETE_SUFFIX = "-delete"
 _PARTITION_METADATA = "partition.metadata"
-
-MAX_REPLICA_WAIT_MS = 10_000
-REPLICA_FETCH_MAX_BYTES = 32 << 20
-MAX_REPLICA_FETCH_PARTITIONS = 100_000
 
 TopicPartition = tuple[str, int]
 
@@ -80,6 +76,7 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._image_listeners: list[Callable[[MetadataImage], None]] = []
+        self._sessions: set[FetchSession] = set()
         self._remove_deleted_directories()
 
     # -- metadata -----------------------------------------------------------------------------
@@ -359,84 +356,24 @@ class ReplicaManager:
 
     # -- leader side of replication ----------------------------------------------------------
 
-    async def handle_replica_fetch(self, request: dict[str, Any]) -> list[PartitionData]:
-        """Serve a follower's ``POST /replication/fetch``: long-poll until ``min_bytes`` are
-        ready, something needs the follower's attention (an error, a divergence), or
-        ``max_wait_ms`` passed. The first pass records the follower's fetch offsets."""
-        replica_id = int(request["replica_id"])
-        registration = self.image.brokers.get(replica_id)
-        stale = registration is None or registration.incarnation_id != request.get("broker_epoch")
-        max_wait_s = min(max(int(request.get("max_wait_ms", 0)), 0), MAX_REPLICA_WAIT_MS) / 1000
-        min_bytes = max(int(request.get("min_bytes", 1)), 0)
-        max_bytes = min(
-            max(int(request.get("max_bytes", REPLICA_FETCH_MAX_BYTES)), 1), REPLICA_FETCH_MAX_BYTES
+    def open_fetch_session(self, replica_id: int, incarnation_id: str) -> FetchSession:
+        """A follower connected (``GET /replication/session``): its session, until closed."""
+        session = FetchSession(
+            replica_id=replica_id,
+            incarnation_id=incarnation_id,
+            broker_id=self._broker_id,
+            lookup=self.partition,
+            image=lambda: self.image,
         )
-        wanted = list(request.get("partitions") or [])[:MAX_REPLICA_FETCH_PARTITIONS]
-        deadline = asyncio.get_running_loop().time() + max_wait_s
-        first_pass = True
-        while True:
-            results, total, urgent, leading = self._serve_replica_fetch(
-                replica_id, stale, wanted, max_bytes, record=first_pass
-            )
-            first_pass = False
-            remaining = deadline - asyncio.get_running_loop().time()
-            if total >= min_bytes or urgent or remaining <= 0 or not leading:
-                return results
-            await self.wait_for_data(leading, remaining)
+        self._sessions.add(session)
+        return session
 
-    def _serve_replica_fetch(
-        self,
-        replica_id: int,
-        stale: bool,
-        wanted: list[dict[str, Any]],
-        max_bytes: int,
-        *,
-        record: bool,
-    ) -> tuple[list[PartitionData], int, bool, list[Partition]]:
-        results: list[PartitionData] = []
-        leading: list[Partition] = []
-        total = 0
-        urgent = False
-        for item in wanted:
-            topic, index = str(item["topic"]), int(item["partition"])
-            if stale:
-                results.append(PartitionData(topic, index, ErrorCode.STALE_BROKER_EPOCH))
-                urgent = True
-                continue
-            found = self._partition_for_follower(topic, index, item, replica_id)
-            if isinstance(found, ErrorCode):
-                results.append(PartitionData(topic, index, found))
-                urgent = True
-                continue
-            partition = found
-            leading.append(partition)
-            budget = min(int(item.get("partition_max_bytes", max_bytes)), max_bytes - total)
-            answer = partition.serve_follower_fetch(
-                replica_id,
-                fetch_offset=int(item["fetch_offset"]),
-                last_fetched_epoch=int(item.get("last_fetched_epoch", -1)),
-                # The first partition with data always gets at least one whole batch.
-                max_bytes=max(budget, 1) if total == 0 else budget,
-                record=record,
-            )
-            if answer.error_code != 0 or answer.diverging_epoch >= 0:
-                urgent = True
-            total += len(answer.records)
-            results.append(answer)
-        return results, total, urgent, leading
+    def close_fetch_session(self, session: FetchSession) -> None:
+        session.close()
+        self._sessions.discard(session)
 
-    def _partition_for_follower(
-        self, topic: str, index: int, item: dict[str, Any], replica_id: int
-    ) -> Partition | ErrorCode:
-        partition = self._partitions.get((topic, index))
-        if partition is None or partition.topic_id != item.get("topic_id"):
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        if not partition.is_leader:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if replica_id not in partition.state.replicas or replica_id == self._broker_id:
-            return ErrorCode.REPLICA_NOT_AVAILABLE
-        error = partition.check_leader_epoch(int(item.get("leader_epoch", -1)))
-        return error if error is not None else partition
+    def fetch_sessions(self) -> list[FetchSession]:
+        return list(self._sessions)
 
     # -- housekeeping -------------------------------------------------------------------------
 
@@ -464,9 +401,12 @@ class ReplicaManager:
         now_ms = _now_ms()
         for partition in list(self._partitions.values()):
             try:
-                deleted += partition.log.enforce_retention(now_ms)
+                removed = partition.log.enforce_retention(now_ms)
+                deleted += removed
                 partition.producers.truncate_before(partition.log.log_start_offset)
                 partition.epochs.truncate_from_start(partition.log.log_start_offset)
+                if removed:
+                    partition.notify_sessions(urgent=False)  # followers adopt the new log start
             except OSError:
                 log.exception("retention of %s-%d failed", partition.topic, partition.index)
         if deleted:
@@ -521,6 +461,8 @@ class ReplicaManager:
             self._saved_recovery_points.update(changed)
 
     async def close(self) -> None:
+        for session in list(self._sessions):
+            self.close_fetch_session(session)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,7 +1,22 @@
-"""The binary body of ``POST /replication/fetch`` responses (pure, no I/O).
+"""The binary messages of a replication fetch session (pure, no I/O).
 
-A follower's request is small JSON; the leader's answer carries raw batch bytes, so it is a
-length-prefixed binary document:
+A follower holds one WebSocket per leader (``GET /replication/session``, see ``session.py``)
+and sends fetch requests on it; the leader answers each with one response. Both are
+length-prefixed binary documents, all integers big-endian.
+
+A request names only what changed since the previous one on the same connection (KIP-227's
+incremental fetch sessions): partitions the follower starts following or whose fetch position
+moved, and partitions it stopped following (``forgotten``). The first request on a connection
+carries every followed partition.
+
+    request    := version:u8  max_wait_ms:i32  max_bytes:i32
+                  count:u32  entry*count  forgotten_count:u32  key*forgotten_count
+    entry      := key  topic_id_len:u8 topic_id:utf8  fetch_offset:i64
+                  last_fetched_epoch:i32  leader_epoch:i32  partition_max_bytes:i32
+    key        := topic_len:u16 topic:utf8  partition:i32
+
+The response carries only partitions with something to say (records, an error, a divergence,
+a new high watermark or log start):
 
     response   := version:u8  count:u32  partition*count
     partition  := size:u32 (bytes after this field)  topic_len:u16 topic:utf8  partition:i32
@@ -18,9 +33,13 @@ from dataclasses import dataclass
 
 __all__ = [
     "FORMAT_VERSION",
+    "FetchEntry",
+    "FetchRequest",
     "PartitionData",
     "ReplicationWireError",
+    "decode_fetch_request",
     "decode_fetch_response",
+    "encode_fetch_request",
     "encode_fetch_response",
 ]
 
@@ -30,6 +49,11 @@ _SIZE = struct.Struct(">I")
 _TOPIC_LENGTH = struct.Struct(">H")
 _FIXED = struct.Struct(">ihqqiiqI")
 MAX_PARTITIONS = 100_000
+_REQUEST_HEADER = struct.Struct(">Bii")
+_COUNT = struct.Struct(">I")
+_INDEX = struct.Struct(">i")
+_ID_LENGTH = struct.Struct(">B")
+_ENTRY = struct.Struct(">qiii")
 
 
 class ReplicationWireError(ValueError):
@@ -47,6 +71,119 @@ class PartitionData:
     diverging_epoch: int = -1
     diverging_end_offset: int = -1
     records: bytes | memoryview = b""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchEntry:
+    """One partition of a fetch request: where the follower's log ends and what it follows."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    fetch_offset: int
+    last_fetched_epoch: int
+    leader_epoch: int
+    partition_max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    max_wait_ms: int
+    max_bytes: int
+    entries: list[FetchEntry]
+    forgotten: list[tuple[str, int]]
+
+
+def _key(topic: str, partition: int) -> bytes:
+    encoded = topic.encode()
+    return _TOPIC_LENGTH.pack(len(encoded)) + encoded + _INDEX.pack(partition)
+
+
+def encode_fetch_request(request: FetchRequest) -> bytes:
+    parts = [
+        _REQUEST_HEADER.pack(FORMAT_VERSION, request.max_wait_ms, request.max_bytes),
+        _COUNT.pack(len(request.entries)),
+    ]
+    for entry in request.entries:
+        topic_id = entry.topic_id.encode()
+        parts.append(_key(entry.topic, entry.partition))
+        parts.append(_ID_LENGTH.pack(len(topic_id)) + topic_id)
+        parts.append(
+            _ENTRY.pack(
+                entry.fetch_offset,
+                entry.last_fetched_epoch,
+                entry.leader_epoch,
+                entry.partition_max_bytes,
+            )
+        )
+    parts.append(_COUNT.pack(len(request.forgotten)))
+    parts.extend(_key(topic, partition) for topic, partition in request.forgotten)
+    return b"".join(parts)
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.view = memoryview(data)
+        self.position = 0
+
+    def unpack(self, layout: struct.Struct) -> tuple[int, ...]:
+        try:
+            values = layout.unpack_from(self.view, self.position)
+        except struct.error:
+            raise ReplicationWireError("message ends inside a field") from None
+        self.position += layout.size
+        return values
+
+    def text(self, length: int) -> str:
+        end = self.position + length
+        if end > len(self.view):
+            raise ReplicationWireError("message ends inside a string")
+        try:
+            value = bytes(self.view[self.position : end]).decode()
+        except UnicodeDecodeError as error:
+            raise ReplicationWireError(f"malformed string: {error}") from None
+        self.position = end
+        return value
+
+    def key(self) -> tuple[str, int]:
+        (length,) = self.unpack(_TOPIC_LENGTH)
+        topic = self.text(length)
+        (partition,) = self.unpack(_INDEX)
+        return topic, partition
+
+    def count(self) -> int:
+        (count,) = self.unpack(_COUNT)
+        if count > MAX_PARTITIONS:
+            raise ReplicationWireError(f"{count} partitions exceed the limit of {MAX_PARTITIONS}")
+        return count
+
+
+def decode_fetch_request(data: bytes) -> FetchRequest:
+    reader = _Reader(data)
+    version, max_wait_ms, max_bytes = reader.unpack(_REQUEST_HEADER)
+    if version != FORMAT_VERSION:
+        raise ReplicationWireError(f"unknown replication format version {version}")
+    entries = []
+    for _ in range(reader.count()):
+        topic, partition = reader.key()
+        (id_length,) = reader.unpack(_ID_LENGTH)
+        topic_id = reader.text(id_length)
+        fetch_offset, last_fetched_epoch, leader_epoch, partition_max_bytes = reader.unpack(_ENTRY)
+        entries.append(
+            FetchEntry(
+                topic,
+                partition,
+                topic_id,
+                fetch_offset,
+                last_fetched_epoch,
+                leader_epoch,
+                partition_max_bytes,
+            )
+        )
+    forgotten = [reader.key() for _ in range(reader.count())]
+    if reader.position != len(reader.view):
+        raise ReplicationWireError("trailing bytes after the request")
+    return FetchRequest(max_wait_ms, max_bytes, entries, forgotten)
 
 
 def encode_fetch_response(partitions: list[PartitionData]) -> list[bytes | memoryview]:

@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 
 import pytest
+from aiohttp import WSCloseCode
 from flux.cluster.launcher import NodeProcess
 from flux.protocol.api import ApiKey
 from flux.protocol.errors import ErrorCode
@@ -300,25 +301,45 @@ def test_acks_all_needs_min_insync_replicas(cluster_factory) -> None:
     assert [value for value in stored if value in acknowledged] == acknowledged
 
 
-def _replication_fetch(node: NodeProcess, body: object) -> tuple[int, bytes]:
-    import urllib.error
-    import urllib.request
+def _replication_session(
+    node: NodeProcess, params: dict[str, str], messages: list[bytes | str]
+) -> tuple[int, list[bytes], int | None]:
+    """Open ``GET /replication/session`` as a follower would, send ``messages`` one at a time
+    (each waits for its answer): (HTTP status, binary answers, close code if it closed)."""
+    import asyncio
 
-    request = urllib.request.Request(
-        f"http://{node.ready['broker_http']}/replication/fetch",
-        data=json.dumps(body).encode() if not isinstance(body, bytes) else body,
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            return reply.status, reply.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
+    import aiohttp
+
+    async def run() -> tuple[int, list[bytes], int | None]:
+        url = f"http://{node.ready['broker_http']}/replication/session"
+        async with aiohttp.ClientSession() as client:
+            try:
+                socket = await client.ws_connect(url, params=params)
+            except aiohttp.WSServerHandshakeError as error:
+                return error.status, [], None
+            answers: list[bytes] = []
+            async with socket:
+                for message in messages:
+                    if isinstance(message, str):
+                        await socket.send_str(message)
+                    else:
+                        await socket.send_bytes(message)
+                    reply = await socket.receive(timeout=10)
+                    if reply.type is not aiohttp.WSMsgType.BINARY:
+                        return 101, answers, socket.close_code
+                    answers.append(reply.data)
+            return 101, answers, None
+
+    return asyncio.run(run())
 
 
 def test_bad_replication_fetches_get_errors_and_change_nothing(cluster_factory) -> None:
-    from flux.cluster.replication.wire import decode_fetch_response
+    from flux.cluster.replication.wire import (
+        FetchEntry,
+        FetchRequest,
+        decode_fetch_response,
+        encode_fetch_request,
+    )
 
     nodes = cluster_factory(3)
     _create(nodes[0], "guarded", [[1, 2, 3]])
@@ -330,25 +351,19 @@ def test_bad_replication_fetches_get_errors_and_change_nothing(cluster_factory) 
     incarnation = _incarnation(leader, follower.node_id)
 
     def ask(replica_id: int, broker_epoch: str, fetch_offset: int, last_epoch: int = -1) -> int:
-        status, payload = _replication_fetch(
-            leader,
-            {
-                "replica_id": replica_id,
-                "broker_epoch": broker_epoch,
-                "max_wait_ms": 0,
-                "partitions": [
-                    {
-                        "topic": "guarded",
-                        "topic_id": topic_id,
-                        "partition": 0,
-                        "fetch_offset": fetch_offset,
-                        "last_fetched_epoch": last_epoch,
-                    }
-                ],
-            },
+        request = FetchRequest(
+            0,
+            1 << 20,
+            [FetchEntry("guarded", 0, topic_id, fetch_offset, last_epoch, -1, 1 << 20)],
+            [],
         )
-        assert status == 200
-        return decode_fetch_response(payload)[0].error_code
+        status, answers, _ = _replication_session(
+            leader,
+            {"replica_id": str(replica_id), "broker_epoch": broker_epoch},
+            [encode_fetch_request(request)],
+        )
+        assert status == 101 and len(answers) == 1
+        return decode_fetch_response(answers[0])[0].error_code
 
     assert ask(7, "nobody", 0) == ErrorCode.STALE_BROKER_EPOCH  # not a registered broker
     assert ask(follower.node_id, "old-incarnation", 0) == ErrorCode.STALE_BROKER_EPOCH
@@ -357,8 +372,14 @@ def test_bad_replication_fetches_get_errors_and_change_nothing(cluster_factory) 
         ask(leader.node_id, _incarnation(leader, leader.node_id), 0)
         == ErrorCode.REPLICA_NOT_AVAILABLE
     )
-    status, payload = _replication_fetch(leader, b"{not json")
-    assert status == 400 and b"bad replication fetch" in payload
+    # A session without its parameters is refused; a malformed request closes the session
+    # with "unsupported data" and the leader goes on serving.
+    status, _, _ = _replication_session(leader, {"replica_id": "x"}, [])
+    assert status == 400
+    params = {"replica_id": str(follower.node_id), "broker_epoch": incarnation}
+    for garbage in (b"\x01\x00", "{not binary", b"\x09" + bytes(20)):
+        status, answers, code = _replication_session(leader, params, [garbage])
+        assert (status, answers, code) == (101, [], WSCloseCode.UNSUPPORTED_DATA)
     with KafkaConnection.from_bootstrap(leader.bootstrap_servers) as conn:
         assert fetch(conn, "guarded", 0)["high_watermark"] == before
         assert produce(conn, "guarded", build_batch([(None, b"w", ())]), acks=-1)["error_code"] == 0
