@@ -118,6 +118,8 @@ class ControllerService:
         self._image_changed = asyncio.Event()
         self._sessions: dict[int, _Session] = {}
         self._electable_since: dict[tuple[str, int], float] = {}
+        self._imbalance_image: MetadataImage | None = None
+        self._imbalance: frozenset[tuple[str, int]] = frozenset()
         self._tasks: list[asyncio.Task[None]] = []
         self.http_port = settings.http_port
         self._stopping = False
@@ -421,7 +423,13 @@ class ControllerService:
         now = time.monotonic()
         # Only alive brokers count (preferred_leader_imbalance): after a failover, a dead
         # broker stays unfenced until its session expires, and must not be handed leadership.
-        electable = set(handlers.preferred_leader_imbalance(self.image))
+        # The scan visits every partition, so it runs once per image, not once per check: an
+        # idle cluster's check costs nothing whatever its size.
+        image = self.image
+        if self._imbalance_image is not image:
+            self._imbalance = frozenset(handlers.preferred_leader_imbalance(image))
+            self._imbalance_image = image
+        electable = self._imbalance
         self._electable_since = {key: self._electable_since.get(key, now) for key in electable}
         due = [key for key, since in self._electable_since.items() if now - since >= delay_s]
         if not due:

@@ -467,23 +467,28 @@ class _SegmentedLog:
     def flush(self) -> None:
         """fsync everything written so far; recovery_point becomes log_end_offset."""
         self._check_open()
-        active = self._segments[-1]
         for segment in self._segments:
             if segment.dirty:
-                segment.fsync(close_index_files=segment is not active)
+                segment.fsync()
         self._sync_directory()
         self._recovery_point = self.log_end_offset
         self._unflushed_records = 0
         self._last_flush_ms = self._clock_ms()
 
+    def flush_pending(self) -> bool:
+        """Whether ``maybe_flush`` has work to do now or later: flush_ms is set and something
+        is not fsynced yet. A caller that visits only changed logs keeps visiting this one."""
+        if self._closed or self._config.flush_ms is None:
+            return False
+        return self._recovery_point != self.log_end_offset or any(s.dirty for s in self._segments)
+
     def maybe_flush(self) -> bool:
         """Apply flush_ms by time (call it periodically); returns whether it flushed."""
         self._check_open()
+        if not self.flush_pending():
+            return False
         flush_ms = self._config.flush_ms
-        if flush_ms is None:
-            return False
-        if self._recovery_point == self.log_end_offset and not any(s.dirty for s in self._segments):
-            return False
+        assert flush_ms is not None
         if self._clock_ms() - self._last_flush_ms < flush_ms:
             return False
         self.flush()
@@ -715,7 +720,7 @@ class PartitionLog(_SegmentedLog):
     def _after_truncate(self) -> None:
         # A truncation that does not survive a crash would resurrect a diverged suffix.
         active = self._segments[-1]
-        active.fsync(close_index_files=False)
+        active.fsync()
         self._sync_directory()
 
     def _mark_clean_shutdown(self) -> None:

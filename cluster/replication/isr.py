@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from flux.protocol.errors import ErrorCode
 
 from ..metadata.controller_client import ControllerClient, ControllerUnavailableError
-from .partition import Partition
+from .partition import Partition, monotonic_ms
 from .replica_manager import ReplicaManager
 
 __all__ = ["IsrManager"]
@@ -38,17 +39,22 @@ class IsrManager:
         broker_id: int,
         incarnation_id: str,
         lag_time_max_ms: int,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         self._replicas = replicas
         self._client = client
         self._broker_id = broker_id
         self._incarnation_id = incarnation_id
         self._lag_time_max_ms = lag_time_max_ms
+        self._clock_ms = clock_ms
         self._interval_s = max(lag_time_max_ms / 4, 50) / 1000
         self._task: asyncio.Task[None] | None = None
         # (topic, partition) -> partition epoch of the proposal in flight, so one stale
         # proposal is not repeated before the image catches up.
         self._proposed: dict[tuple[str, int], int] = {}
+        # Led partitions that may need an ISR change (see ``pass_proposals``).
+        self._watch: set[Partition] = set()
+        self._live: frozenset[int] = frozenset()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -61,24 +67,66 @@ class IsrManager:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            # Once per pass, not per partition: a pass over thousands of led partitions stays
-            # a few microseconds each.
-            live = frozenset(self._replicas.image.live_broker_ids())
-            proposals = []
-            for partition in list(self._replicas.partitions()):
-                if not partition.is_leader:
-                    continue
-                wanted = self._wanted_isr(partition, live)
-                key = (partition.topic, partition.index)
-                if wanted == partition.state.isr:
-                    self._proposed.pop(key, None)
-                elif self._proposed.get(key) != partition.state.partition_epoch:
-                    self._proposed[key] = partition.state.partition_epoch
-                    proposals.append((partition, wanted))
-            # Every change of a pass in one request and one Raft command (per thousand): after
-            # a restart thousands of partitions expand their ISR at once.
+            proposals = self.pass_proposals()
+            # Every change of a pass in one request and one Raft command (per thousand):
+            # after a restart thousands of partitions expand their ISR at once.
             for start in range(0, len(proposals), MAX_PROPOSALS_PER_REQUEST):
                 await self._propose(proposals[start : start + MAX_PROPOSALS_PER_REQUEST])
+
+    def pass_proposals(self) -> list[tuple[Partition, tuple[int, ...]]]:
+        """One pass: the ISR changes to propose now.
+
+        It visits the watched partitions only: those that changed since the last pass (an
+        append, a follower's progress, a role or ISR change), those of a follower session
+        that closed or went quiet, those a returning broker may rejoin the ISR of, and those
+        still unsettled. A partition leaves the watch
+        once its ISR is what it should be and every ISR follower has its whole log through a
+        live session; from then on it costs nothing until it changes again. So an idle
+        cluster's pass is a few set operations, whatever its number of partitions.
+        """
+        self._watch |= self._replicas.take_isr_due()
+        now_ms = self._clock_ms()
+        quiet_ms = self._lag_time_max_ms // 2
+        for session in self._replicas.fetch_sessions():
+            if now_ms - session.last_fetch_ms > quiet_ms:
+                # A follower that stopped fetching (paused, cut off) without closing its
+                # connection: its partitions must be checked against the lag bound.
+                for key in session.positions:
+                    partition = self._replicas.partition(*key)
+                    if partition is not None:
+                        self._watch.add(partition)
+        live = frozenset(self._replicas.image.live_broker_ids())
+        returned = live - self._live
+        self._live = live
+        if returned:
+            # Brokers came back (or joined): partitions they may rejoin the ISR of. A broker
+            # often fetches before its registration reaches this image; once it does, nothing
+            # else about those partitions changes, so they are found here, once.
+            for partition in self._replicas.partitions():
+                state = partition.state
+                if partition.is_leader and any(
+                    replica in returned and replica not in state.isr for replica in state.replicas
+                ):
+                    self._watch.add(partition)
+        proposals = []
+        for partition in list(self._watch):
+            if (
+                not partition.is_leader
+                or self._replicas.partition(partition.topic, partition.index) is not partition
+            ):
+                self._watch.discard(partition)
+                self._proposed.pop((partition.topic, partition.index), None)
+                continue
+            wanted = self._wanted_isr(partition, live)
+            key = (partition.topic, partition.index)
+            if wanted == partition.state.isr:
+                self._proposed.pop(key, None)
+                if _settled(partition):
+                    self._watch.discard(partition)
+            elif self._proposed.get(key) != partition.state.partition_epoch:
+                self._proposed[key] = partition.state.partition_epoch
+                proposals.append((partition, wanted))
+        return proposals
 
     def _wanted_isr(self, partition: Partition, live: frozenset[int]) -> tuple[int, ...]:
         state = partition.state
@@ -128,3 +176,17 @@ class IsrManager:
                 log.info("%s: ISR %s -> %s committed", name, list(state.isr), list(isr))
             elif code not in (ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.FENCED_LEADER_EPOCH):
                 log.warning("%s: ISR change refused: %s", name, result.get("error_message"))
+
+
+def _settled(partition: Partition) -> bool:
+    """Nothing can change this partition's ISR until something happens to it: every ISR
+    follower has the leader's whole log and a live fetch session (a follower that stops
+    fetching is noticed through its session; see ``IsrManager.pass_proposals``)."""
+    end = partition.log_end_offset
+    for replica in partition.state.isr:
+        if replica == partition.broker_id:
+            continue
+        follower = partition.followers.get(replica)
+        if follower is None or not follower.sessions or follower.log_end_offset < end:
+            return False
+    return True

@@ -63,6 +63,10 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+def _ignore_change(partition: Partition) -> None:
+    """The default ``Partition.on_change``: nobody is watching."""
+
+
 @dataclass
 class FollowerState:
     """What the leader knows of one follower, from its fetches."""
@@ -103,6 +107,10 @@ class Partition:
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
     clock_ms: Callable[[], int] = monotonic_ms
     dedup: MessageIdIndex = field(default_factory=lambda: MessageIdIndex(0))
+    #: Called with this partition whenever its log, high watermark, role, state or a
+    #: follower's position changes, so that the owner's periodic work (flush, checkpoints,
+    #: ISR checks) visits the partitions that changed instead of every partition it hosts.
+    on_change: Callable[[Partition], None] = _ignore_change
 
     def __post_init__(self) -> None:
         self.high_watermark = min(
@@ -140,6 +148,7 @@ class Partition:
         }
         self.maybe_advance_high_watermark()
         self.wake_waiters()
+        self.on_change(self)
 
     def become_follower(self, state: PartitionState) -> None:
         assert state.leader_epoch >= self.state.leader_epoch, "leader epochs never go back"
@@ -149,6 +158,7 @@ class Partition:
         self.followers = {}
         self.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.wake_waiters()
+        self.on_change(self)
 
     def update_state(self, state: PartitionState) -> None:
         """A new ISR (or epochs) for the same role: the high watermark may move."""
@@ -161,6 +171,7 @@ class Partition:
                     )
             self.maybe_advance_high_watermark()
             self._complete_delayed()
+        self.on_change(self)
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode | None:
         """Kafka's fencing of a client's view: -1 means "no opinion"."""
@@ -228,6 +239,7 @@ class Partition:
         self.maybe_advance_high_watermark()
         self.wake_waiters()
         self.notify_sessions(urgent=True)
+        self.on_change(self)
         return result
 
     def _drop_duplicate_ids(self, records: bytes | memoryview) -> bytes | memoryview | AppendResult:
@@ -345,7 +357,11 @@ class Partition:
             follower.last_caught_up_ms = now
         elif fetch_offset >= follower.leader_end_offset_at_last_fetch >= 0:
             follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
-        follower.log_end_offset = fetch_offset
+        if follower.log_end_offset != fetch_offset or replica not in self.state.isr:
+            # Progress, or a replica outside the ISR that may rejoin it (say, back from a
+            # restart at the very offset the leader last saw): the ISR manager looks again.
+            follower.log_end_offset = fetch_offset
+            self.on_change(self)
         follower.leader_end_offset_at_last_fetch = leader_end
         follower.last_fetch_ms = now
         if self.maybe_advance_high_watermark():
@@ -367,6 +383,7 @@ class Partition:
         self.high_watermark = candidate
         self._complete_delayed()
         self.notify_sessions(urgent=False)
+        self.on_change(self)
         return True
 
     def add_delayed_produce(self, required_offset: int) -> asyncio.Future[ErrorCode]:
@@ -515,6 +532,7 @@ class Partition:
             self.log.delete_records_before(start)
             self.epochs.truncate_from_start(start)
             self.producers.truncate_before(start)
+            self.on_change(self)
         return None
 
     def append_as_follower(self, records: bytes) -> None:
@@ -534,6 +552,7 @@ class Partition:
         self._record_producers(headers, first_offset=None)
         if self.dedup.enabled:
             self.dedup.observe_batches(records)
+        self.on_change(self)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
@@ -541,6 +560,7 @@ class Partition:
         self.producers.truncate_to(self.log_end_offset)
         self.dedup.truncate_to(self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.on_change(self)
 
     def restart_at(self, offset: int) -> None:
         """The leader no longer has what we have: start an empty log at ``offset``."""
@@ -549,11 +569,15 @@ class Partition:
         self.producers = ProducerStateManager(last_offset=offset)
         self.dedup.restart_at(offset)
         self.high_watermark = offset
+        self.on_change(self)
 
     def follow_high_watermark(self, leader_high_watermark: int) -> None:
-        self.high_watermark = max(
+        high_watermark = max(
             min(leader_high_watermark, self.log_end_offset), self.log.log_start_offset
         )
+        if high_watermark != self.high_watermark:
+            self.high_watermark = high_watermark
+            self.on_change(self)
 
     def divergence_point(self, leader_epoch: int, leader_end_offset: int) -> int:
         """Where to truncate when the leader says its ``leader_epoch`` ends at

@@ -54,6 +54,10 @@ _PARTITION_METADATA = "partition.metadata"
 TopicPartition = tuple[str, int]
 
 
+def _ignore(partition: Partition) -> None:
+    """``on_change`` of a removed partition."""
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -77,6 +81,10 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._image_listeners: list[Callable[[MetadataImage], None]] = []
         self._sessions: set[FetchSession] = set()
+        # Partitions that changed since the housekeeping (flush and checkpoints) and the ISR
+        # manager last looked: periodic work visits these, never every hosted partition.
+        self._flush_due: set[Partition] = set()
+        self._isr_due: set[Partition] = set()
         self._remove_deleted_directories()
 
     # -- metadata -----------------------------------------------------------------------------
@@ -172,6 +180,7 @@ class ReplicaManager:
                     config = config or self.topic_config(dict(overrides))
                     partition.config = config
                     partition.log.update_config(config.log_config())
+                    self._partition_changed(partition)  # a new flush policy applies now
 
     def _open_partition(self, topic: TopicImage, index: int, state: PartitionState) -> Partition:
         config = self.topic_config(dict(topic.config_dict()))
@@ -208,7 +217,9 @@ class ReplicaManager:
                 0 if topic.name.startswith("__") else self._config.dedup.window_ms,
                 covered_end=partition_log.log_start_offset,
             ),
+            on_change=self._partition_changed,
         )
+        self._partition_changed(partition)
         found = partition.rebuild_dedup()
         if found:
             log.info("%s: %d message ids within the dedup window rebuilt from the log", key, found)
@@ -273,6 +284,9 @@ class ReplicaManager:
         if partition is None or partition.topic_id != topic_id:
             return
         del self._partitions[(name, index)]
+        self._flush_due.discard(partition)
+        self._isr_due.discard(partition)
+        partition.on_change = _ignore
         partition.is_leader = False
         partition.wake_waiters()
         directory = getattr(partition.log, "directory", None)
@@ -316,6 +330,15 @@ class ReplicaManager:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
+
+    def _partition_changed(self, partition: Partition) -> None:
+        self._flush_due.add(partition)
+        self._isr_due.add(partition)
+
+    def take_isr_due(self) -> set[Partition]:
+        """The partitions that changed since the last call (for the ISR manager)."""
+        due, self._isr_due = self._isr_due, set()
+        return due
 
     def partitions(self) -> Iterable[Partition]:
         return self._partitions.values()
@@ -369,6 +392,11 @@ class ReplicaManager:
         return session
 
     def close_fetch_session(self, session: FetchSession) -> None:
+        # Its partitions lose a follower's session: the ISR manager looks at them again.
+        for key in session.positions:
+            partition = self._partitions.get(key)
+            if partition is not None:
+                self._isr_due.add(partition)
         session.close()
         self._sessions.discard(session)
 
@@ -414,41 +442,51 @@ class ReplicaManager:
         return deleted
 
     def flush_by_time(self) -> None:
-        """Apply each log's ``flush.ms`` policy, then checkpoint recovery points that moved
-        (by these flushes, by ``flush.messages``, or by segment rolls)."""
-        for partition in list(self._partitions.values()):
+        """Apply each changed log's ``flush.ms`` policy, then checkpoint recovery points, high
+        watermarks and producer states that moved (by these flushes, by ``flush.messages``,
+        or by segment rolls). Visits only the partitions that changed since the last run, and
+        those whose ``flush.ms`` is still counting."""
+        due, self._flush_due = self._flush_due, set()
+        for partition in due:
             try:
                 partition.log.maybe_flush()
+                if partition.log.flush_pending():
+                    self._flush_due.add(partition)
             except OSError:
                 log.exception("flush of %s-%d failed", partition.topic, partition.index)
-        self.checkpoint_recovery_points()
-        self.checkpoint_high_watermarks()
-        self.snapshot_producer_states()
+        self.checkpoint_recovery_points(due)
+        self.checkpoint_high_watermarks(due)
+        self.snapshot_producer_states(due)
 
-    def snapshot_producer_states(self) -> None:
-        """Snapshot the producer state of partitions whose state moved since the last one."""
-        for partition in self._partitions.values():
+    def snapshot_producer_states(self, partitions: Iterable[Partition] | None = None) -> None:
+        """Snapshot the producer state of ``partitions`` (default: all) whose state moved
+        since the last snapshot."""
+        for partition in self._partitions.values() if partitions is None else partitions:
             key = f"{partition.topic}-{partition.index}"
             if self._saved_producer_offsets.get(key) != partition.producers.last_offset:
                 self._checkpoints.put_json(_PRODUCER_STATE, key, partition.producers.snapshot())
                 self._saved_producer_offsets[key] = partition.producers.last_offset
 
-    def checkpoint_high_watermarks(self) -> None:
-        """Write the high watermarks that moved since the last checkpoint (one transaction)."""
+    def checkpoint_high_watermarks(self, partitions: Iterable[Partition] | None = None) -> None:
+        """Write the high watermarks of ``partitions`` (default: all) that moved since the
+        last checkpoint (one transaction)."""
+        chosen = self._partitions.values() if partitions is None else partitions
         changed = {
             f"{p.topic}-{p.index}": p.high_watermark
-            for p in self._partitions.values()
+            for p in chosen
             if self._saved_high_watermarks.get(f"{p.topic}-{p.index}") != p.high_watermark
         }
         if changed:
             self._checkpoints.put_many(_HIGH_WATERMARKS, changed)
             self._saved_high_watermarks.update(changed)
 
-    def checkpoint_recovery_points(self) -> None:
-        """Write the recovery points that changed since the last checkpoint (one transaction)."""
+    def checkpoint_recovery_points(self, partitions: Iterable[Partition] | None = None) -> None:
+        """Write the recovery points of ``partitions`` (default: all) that changed since the
+        last checkpoint (one transaction)."""
+        chosen = self._partitions.values() if partitions is None else partitions
         points = {
             f"{p.topic}-{p.index}": p.log.recovery_point
-            for p in self._partitions.values()
+            for p in chosen
             if isinstance(p.log, PartitionLog)
         }
         changed = {

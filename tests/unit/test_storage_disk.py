@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 
 import pytest
 from flux.storage import LogConfig, OffsetOutOfRangeError, PartitionLog
@@ -190,6 +191,7 @@ def test_missing_segment_is_a_hole(tmp_path, caplog):
 @pytest.mark.parametrize("clean", [True, False])
 def test_index_files_deleted_or_garbled_are_rebuilt(tmp_path, caplog, clean):
     log = filled_log(tmp_path)
+    log.flush()  # index entries reach their files at fsync
     expected = {
         name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if "index" in name
     }
@@ -360,3 +362,56 @@ def test_large_batches_round_trip(tmp_path):
     assert log.log_end_offset == 32
     assert log.read(9, 5 << 20) == data
     log.close()
+
+
+def _open_files_under(path) -> int:
+    prefix = str(path)
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(prefix)
+    return count
+
+
+def test_a_segment_holds_one_file_descriptor_and_flush_writes_its_indexes(tmp_path, caplog):
+    """Index entries wait in memory until fsync, so thousands of partitions do not need three
+    descriptors each; after a flush the files hold every entry, and a reopen that trusts them
+    (below the recovery point) finds every offset."""
+    log = filled_log(tmp_path)
+    segments = len(segment_files(tmp_path))
+    assert segments == 5
+    assert _open_files_under(tmp_path) == segments  # one .log each, no index file open
+    assert (tmp_path / f"{0:020d}.index").read_bytes() == b""  # not flushed yet
+    log.flush()
+    assert _open_files_under(tmp_path) == segments
+    assert len((tmp_path / f"{0:020d}.index").read_bytes()) > 0
+    assert len((tmp_path / f"{0:020d}.timeindex").read_bytes()) > 0
+    everything = log.read(0, 1 << 20)
+    log._abandon()  # a crash right after the flush
+    reopened = PartitionLog.open(tmp_path, CONFIG, recovery_point=40)
+    assert not warnings_of(caplog)  # the flushed index files were trusted, not rebuilt
+    assert reopened.read(0, 1 << 20) == everything
+    for offset in range(0, 40, 3):
+        assert header(reopened.read(offset, 1))["base_offset"] == offset - offset % 2
+    assert reopened.offset_for_timestamp(1101)[0] == 20
+    reopened.close()
+    assert _open_files_under(tmp_path) == 0
+
+
+def test_flush_pending_follows_the_flush_ms_policy(tmp_path):
+    """``flush_pending`` tells a caller that visits only changed logs to keep visiting one
+    whose flush.ms is still counting."""
+    never = filled_log(tmp_path / "never", batches=2)
+    assert not never.flush_pending()  # no flush.ms: nothing is ever due
+    never.close()
+    log = filled_log(tmp_path / "timed", batches=2, config=replace(CONFIG, flush_ms=60_000))
+    assert log.flush_pending()
+    log.flush()
+    assert not log.flush_pending()
+    log.append(build_batch(1, base_timestamp=2000))
+    assert log.flush_pending()
+    log.close()
+    assert not log.flush_pending()
