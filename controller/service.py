@@ -59,6 +59,8 @@ log = logging.getLogger("flux.controller.service")
 
 MAX_METADATA_WAIT_MS = 30_000
 SESSION_CHECK_INTERVAL_S = 0.1
+#: A session check this much later than due means the controller itself stalled.
+STALL_GRACE_S = 0.5
 PROPOSAL_TIMEOUT_S = 5.0
 MAX_REQUEST_BYTES = 1 << 20
 
@@ -365,8 +367,20 @@ class ControllerService:
         return time.monotonic() + self.settings.session_timeout_ms / 1000
 
     async def _check_sessions_forever(self) -> None:
+        last_check = time.monotonic()
         while True:
             await asyncio.sleep(SESSION_CHECK_INTERVAL_S)
+            now = time.monotonic()
+            stalled_s = now - last_check - SESSION_CHECK_INTERVAL_S
+            last_check = now
+            if stalled_s > STALL_GRACE_S:
+                # This process could not run (its event loop was busy, say opening thousands
+                # of partitions, or it was paused): heartbeats that arrived meanwhile wait
+                # unread in the sockets. The stall is this controller's, not the brokers':
+                # it does not count against their sessions.
+                for session in self._sessions.values():
+                    session.deadline += stalled_s
+                log.warning("session check ran %.1f s late: sessions extended", stalled_s)
             if not self.is_active:
                 continue
             try:

@@ -409,7 +409,15 @@ class _DiskSegment(_Segment):
         # O_TRUNC: by the log's invariants no valid data can live at the new active offset.
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         segment = cls(directory, base_offset, index_interval_bytes, fd)
-        segment._rewrite_index_files()
+        # Index files of an older segment at this offset are stale: remove them. The new
+        # (empty) files are created by the first fsync, not here: creating a partition then
+        # costs one file, not three.
+        for stale in (segment.index_path, segment.time_index_path):
+            try:
+                stale.unlink()
+            except FileNotFoundError:
+                pass
+        segment._index_unsynced = True
         segment.dirty = True
         return segment
 

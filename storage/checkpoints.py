@@ -92,6 +92,14 @@ class CheckpointStore:
         with self._write() as txn:
             txn.put(self._key(prefix, key), payload)
 
+    def put_many_json(self, namespace: str, items: Mapping[str, Any]) -> None:
+        """Store every JSON value in ONE transaction (one fsync): all or nothing."""
+        prefix = self._prefix(namespace, _KIND_JSON)
+        with self._write() as txn:
+            for key, obj in items.items():
+                payload = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+                txn.put(self._key(prefix, key), payload)
+
     def get_json(self, namespace: str, key: str) -> Any:
         raw = self._get(self._key(self._prefix(namespace, _KIND_JSON), key))
         return None if raw is None else json.loads(raw)

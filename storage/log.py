@@ -685,9 +685,15 @@ class PartitionLog(_SegmentedLog):
         if clean:
             clean_marker.unlink()
             log._recovery_point = end
-        # fsync what recovery scanned or rewrote (and the marker's removal) before serving.
-        log._directory_dirty = True
-        log.flush()
+        if bases or clean:
+            # fsync what recovery scanned or rewrote (and the marker's removal) before serving.
+            log._directory_dirty = True
+            log.flush()
+        else:
+            # A new, empty log: there is nothing to protect yet, and creating thousands of
+            # partitions must not cost thousands of fsyncs. Its first flush syncs the
+            # directory entry and the files.
+            log._directory_dirty = True
         return log
 
     # -- hooks --------------------------------------------------------------------

@@ -84,6 +84,10 @@ class ReplicaManager:
         # Partitions that changed since the housekeeping (flush and checkpoints) and the ISR
         # manager last looked: periodic work visits these, never every hosted partition.
         self._flush_due: set[Partition] = set()
+        # Leader-epoch checkpoints changed while an image is applied, written in one LMDB
+        # transaction at its end (a topic of thousands of partitions: one fsync, not one per
+        # partition). None outside ``apply_image``.
+        self._epoch_writes: dict[str, list[tuple[int, int]]] | None = None
         self._isr_due: set[Partition] = set()
         self._remove_deleted_directories()
 
@@ -108,13 +112,22 @@ class ReplicaManager:
         roles = delta.partition_roles(self._broker_id)
         first_image = old_image.version == 0
         self.image = new_image
-        for name, topic_id, index in roles.removed:
-            self._remove_partition(name, topic_id, index)
-        for topic, index, state in roles.leader:
-            self._set_role(topic, index, state, is_leader=True)
-        for topic, index, state in roles.follower:
-            self._set_role(topic, index, state, is_leader=False)
-        self._refresh_states_and_configs(old_image, new_image, delta.changed_topics)
+        # Nothing is served while this (synchronous) method runs, so the epochs it assigns are
+        # durable before any batch of theirs is appended or answered.
+        self._epoch_writes = {}
+        try:
+            for name, topic_id, index in roles.removed:
+                self._remove_partition(name, topic_id, index)
+            for topic, index, state in roles.leader:
+                self._set_role(topic, index, state, is_leader=True)
+            for topic, index, state in roles.follower:
+                self._set_role(topic, index, state, is_leader=False)
+            self._refresh_states_and_configs(old_image, new_image, delta.changed_topics)
+        finally:
+            # (Removals come first above, so no write here revives a removed replica's.)
+            writes, self._epoch_writes = self._epoch_writes, None
+            if writes:
+                self._checkpoints.put_many_json(_LEADER_EPOCHS, writes)
         if first_image:
             self._remove_stray_directories()
         for listener in self._image_listeners:
@@ -195,9 +208,7 @@ class ReplicaManager:
             )
         epochs = LeaderEpochCache(
             self._checkpoints.get_json(_LEADER_EPOCHS, key) or (),
-            on_change=lambda entries, key=key: self._checkpoints.put_json(
-                _LEADER_EPOCHS, key, entries
-            ),
+            on_change=lambda entries, key=key: self._save_epochs(key, entries),
         )
         epochs.truncate_from_end(partition_log.log_end_offset)
         producers = self._load_producer_state(key, partition_log)
@@ -225,6 +236,12 @@ class ReplicaManager:
             log.info("%s: %d message ids within the dedup window rebuilt from the log", key, found)
         self._partitions[(topic.name, index)] = partition
         return partition
+
+    def _save_epochs(self, key: str, entries: list[tuple[int, int]]) -> None:
+        if self._epoch_writes is not None:
+            self._epoch_writes[key] = list(entries)  # written once the image is applied
+        else:
+            self._checkpoints.put_json(_LEADER_EPOCHS, key, entries)
 
     def _load_producer_state(
         self, key: str, partition_log: PartitionLog | MemoryLog
