@@ -478,11 +478,17 @@ class ReplicaManager:
     def snapshot_producer_states(self, partitions: Iterable[Partition] | None = None) -> None:
         """Snapshot the producer state of ``partitions`` (default: all) whose state moved
         since the last snapshot."""
+        snapshots = {}
+        offsets = {}
         for partition in self._partitions.values() if partitions is None else partitions:
             key = f"{partition.topic}-{partition.index}"
             if self._saved_producer_offsets.get(key) != partition.producers.last_offset:
-                self._checkpoints.put_json(_PRODUCER_STATE, key, partition.producers.snapshot())
-                self._saved_producer_offsets[key] = partition.producers.last_offset
+                snapshots[key] = partition.producers.snapshot()
+                offsets[key] = partition.producers.last_offset
+        if snapshots:
+            # One transaction (one fsync) for every partition appended to since the last run.
+            self._checkpoints.put_many_json(_PRODUCER_STATE, snapshots)
+            self._saved_producer_offsets.update(offsets)
 
     def checkpoint_high_watermarks(self, partitions: Iterable[Partition] | None = None) -> None:
         """Write the high watermarks of ``partitions`` (default: all) that moved since the
