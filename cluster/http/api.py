@@ -37,6 +37,7 @@ from ..replication.peers import BrokerPeers
 from ..replication.replica_manager import ReplicaManager
 from .common import HttpError
 from .flux_api import FluxApi
+from .group_commit import GroupCommit
 from .metrics import CONTENT_TYPE, BrokerMetrics
 from .rest import RestApi
 
@@ -65,6 +66,7 @@ class HttpApi(FluxApi, RestApi):
         self._broker_id = broker_id
         self._allow_auto_create = allow_auto_create
         self._round_robin = itertools.count()
+        self._group_commit = GroupCommit()
 
     def routes(self) -> list[web.RouteDef]:
         json_route = self._json

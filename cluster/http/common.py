@@ -28,6 +28,7 @@ from ..replication.peers import FORWARDED_HEADER, BrokerPeers, PeerUnavailableEr
 from ..replication.replica_manager import ReplicaManager
 from ..topics import InvalidTopicError, validate_topic_name
 from .dedup import MAX_ID_BYTES, MESSAGE_ID_HEADER
+from .group_commit import GroupCommit
 from .metrics import BrokerMetrics
 
 __all__ = ["HttpApiBase", "HttpError", "message_json"]
@@ -178,6 +179,7 @@ class HttpApiBase:
     _broker_id: int
     _allow_auto_create: bool
     _round_robin: itertools.count[int]
+    _group_commit: GroupCommit
 
     @property
     def _image(self) -> Any:
@@ -268,6 +270,22 @@ class HttpApiBase:
         *,
         forwarded: bool,
     ) -> list[dict[str, Any]]:
+        """Produce to one partition, with the records other requests produce to it in this
+        turn of the event loop (one append, or one request to its leader: ``group_commit``)."""
+        return await self._group_commit.submit(
+            ("partition", topic, index, forwarded),
+            records,
+            lambda grouped: self._produce_partition_now(topic, index, grouped, forwarded=forwarded),
+        )
+
+    async def _produce_partition_now(
+        self,
+        topic: str,
+        index: int,
+        records: list[tuple[bytes | None, bytes, list[Header]]],
+        *,
+        forwarded: bool,
+    ) -> list[dict[str, Any]]:
         found = self._replicas.partition_for_leader(topic, index)
         if isinstance(found, Partition):
             return await self.produce_local(found, records)
@@ -303,7 +321,18 @@ class HttpApiBase:
         self, partition: Partition, records: list[tuple[bytes | None, bytes, list[Header]]]
     ) -> list[dict[str, Any]]:
         """Append as leader with acks=all; one answer per record. A record whose id repeats
-        one stored within the dedup window gets its original offset and ``duplicate``."""
+        one stored within the dedup window gets its original offset and ``duplicate``.
+        Records other requests (local, or forwarded by other brokers) append to the same
+        partition in this turn of the event loop go in the same append and the same wait."""
+        return await self._group_commit.submit(
+            ("local", partition),
+            records,
+            lambda grouped: self._produce_local_now(partition, grouped),
+        )
+
+    async def _produce_local_now(
+        self, partition: Partition, records: list[tuple[bytes | None, bytes, list[Header]]]
+    ) -> list[dict[str, Any]]:
         min_insync = partition.config.get("min.insync.replicas")
         if len(partition.state.isr) < min_insync:
             raise HttpError(
