@@ -11,7 +11,8 @@ descriptors are read from ``/proc/<pid>/{stat,status,fd}`` of the node processes
 - ``partitions`` (3, 300, 3000, 10000 partitions):
   ``create_s`` (CreateTopics call until every partition has a leader and a full ISR in the
   client's metadata); ``idle_cpu_pct`` (utime+stime over ``--idle-seconds`` right after the
-  creation with no client, % of one core), ``rss_mb`` (VmRSS) and ``open_fds`` at the end of
+  creation, or ``--settle-seconds`` after it, with no client, % of one core), ``rss_mb``
+  (VmRSS) and ``open_fds`` at the end of
   that idle time; ``produce_records_per_s`` / ``produce_mb_per_s`` (``--records`` 100-byte
   records as fast as possible, partition round robin, ``linger.ms=5``,
   ``batch.size=1000000``); ``latency_p50_ms`` / ``latency_p99_ms`` at ``--rate`` records/s for
@@ -609,6 +610,8 @@ def partitions_point(
     topic = _name("p", count)
     try:  # the topic is deleted even if it never got ready
         point["create_s"] = round(create_topic(bootstrap, topic, count), 3)
+        if args.settle_seconds:
+            time.sleep(args.settle_seconds)  # let the new topic's first fetches and checkpoints end
         _step(point, "idle", lambda: idle_figures(nodes, args.idle_seconds))
         _step(
             point,
@@ -847,6 +850,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="write scaling.json and PNG plots here")
     parser.add_argument("--records", type=int, help="default 200000 (groups: 20000)")
     parser.add_argument("--idle-seconds", type=float)
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=0.0,
+        help="wait this long after creating a topic before measuring idle figures (default 0)",
+    )
     parser.add_argument("--latency-seconds", type=float)
     parser.add_argument("--rate", type=int, default=5000, help="records/s of latency runs")
     parser.add_argument("--bytes-per-point", type=int)
