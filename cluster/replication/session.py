@@ -210,14 +210,10 @@ class FetchSession:
         total = sum(len(answer.records) for answer in answers)
         urgent, self._urgent = self._urgent, set()
         for key in urgent:
-            position = self.positions.get(key)
-            if position is None:
+            held = self._held(key, answers)
+            if held is None:
                 continue
-            found = self._partition(key, position)
-            if isinstance(found, ErrorCode):
-                answers.append(PartitionData(*key, found))
-                self._forget(key)
-                continue
+            position, found = held
             budget = min(position.partition_max_bytes, max_bytes - total)
             answer = found.serve_follower_fetch(
                 self.replica_id,
@@ -254,14 +250,10 @@ class FetchSession:
         answered = {(answer.topic, answer.partition) for answer in answers}
         lazy, self._lazy = self._lazy, set()
         for key in lazy:
-            position = self.positions.get(key)
-            if position is None or key in answered:
+            held = None if key in answered else self._held(key, answers)
+            if held is None:
                 continue
-            found = self._partition(key, position)
-            if isinstance(found, ErrorCode):
-                answers.append(PartitionData(*key, found))
-                self._forget(key)
-                continue
+            position, found = held
             high_watermark = found.high_watermark
             log_start = found.log.log_start_offset
             if (
@@ -280,6 +272,22 @@ class FetchSession:
                     leader_epoch=found.leader_epoch,
                 )
             )
+
+    def _held(
+        self, key: TopicPartition, answers: list[PartitionData]
+    ) -> tuple[_Position, Partition] | None:
+        """The session's position for ``key`` and the partition it fetches, or None: not in
+        the session, or no longer fetchable here (then the error joins ``answers`` and the
+        partition leaves the session)."""
+        position = self.positions.get(key)
+        if position is None:
+            return None
+        found = self._partition(key, position)
+        if isinstance(found, ErrorCode):
+            answers.append(PartitionData(*key, found))
+            self._forget(key)
+            return None
+        return position, found
 
     def _partition(self, key: TopicPartition, position: _Position) -> Partition | ErrorCode:
         partition = self._lookup(*key)
