@@ -331,13 +331,19 @@ def _measured(handle: Any, metrics: BrokerMetrics) -> Any:
     """``KafkaApis.handle`` counting requests and timing them by API (a deferred response
     until it is complete)."""
 
+    children: dict[int, tuple[Any, Any]] = {}  # api key -> its (counter, histogram) series
+
     def observe(api_key: int, started: float) -> None:
-        try:
-            api = ApiKey(api_key).name
-        except ValueError:
-            api = str(api_key)
-        metrics.kafka_requests.labels(api).inc()
-        metrics.kafka_latency.labels(api).observe(time.perf_counter() - started)
+        series = children.get(api_key)
+        if series is None:
+            try:
+                api = ApiKey(api_key).name
+            except ValueError:
+                api = str(api_key)
+            series = (metrics.kafka_requests.labels(api), metrics.kafka_latency.labels(api))
+            children[api_key] = series
+        series[0].inc()
+        series[1].observe(time.perf_counter() - started)
 
     async def measured(header: Any, body: dict[str, Any], connection: Any) -> Any:
         started = time.perf_counter()

@@ -88,6 +88,7 @@ _ATTRIBUTES_OFFSET: Final = 21  # the CRC covers attributes .. end of batch
 _MIN_BATCH_LENGTH: Final = BATCH_HEADER_SIZE - _LENGTH_FIELD_END  # 49: header, no records
 
 _COMPRESSION_MASK: Final = 0x07
+_MAX_CODEC: Final = max(Compression)  # checked per batch header: computed once
 _TIMESTAMP_TYPE_MASK: Final = 0x08
 _TRANSACTIONAL_MASK: Final = 0x10
 _CONTROL_MASK: Final = 0x20
@@ -219,7 +220,7 @@ def parse_batch_header(buf: Buffer, pos: int = 0) -> BatchHeader:
         raise CorruptRecordError(
             f"batchLength {header.batch_length} is below the minimum of {_MIN_BATCH_LENGTH}"
         )
-    if header.attributes & _COMPRESSION_MASK > max(Compression):
+    if header.attributes & _COMPRESSION_MASK > _MAX_CODEC:
         raise CorruptRecordError(
             f"unknown compression codec {header.attributes & _COMPRESSION_MASK}"
         )

@@ -15,7 +15,6 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import replace
 from operator import lt
 from pathlib import Path
 
@@ -85,6 +84,8 @@ class _Segment:
         self.time_offsets = array("q")
         self._bytes_since_index = 0
         self._last_batch: BatchInfo | None = None
+        # The last append's final header and its position: made a BatchInfo only when asked.
+        self._appended_last: tuple[Header, int] | None = None
 
     # -- storage primitives ------------------------------------------------
 
@@ -125,6 +126,7 @@ class _Segment:
         del self.time_offsets[:]
         self._bytes_since_index = 0
         self._last_batch = None
+        self._appended_last = None
 
     def _track(self, base_offset: int, position: int, size: int, max_timestamp: int) -> None:
         """Index one batch stored at ``position`` (Kafka's LogSegment.append cadence)."""
@@ -159,17 +161,19 @@ class _Segment:
         self,
         data: bytes | bytearray | memoryview,
         batches: list[BatchMeta],
-        last_batch: BatchInfo,
+        last_header: Header,
         now_ms: int,
     ) -> None:
-        """Store validated, offset-assigned batches; ``batches`` positions are relative to ``data``."""
+        """Store validated, offset-assigned batches; ``batches`` positions are relative to
+        ``data``; ``last_header`` is the final batch's (as stored)."""
         start = self.size_bytes
         self._write_data(data)
         for position, size, base_offset, _last_offset, max_timestamp in batches:
             self._track(base_offset, start + position, size, max_timestamp)
         self.size_bytes = start + len(data)
         self.next_offset = batches[-1][3] + 1
-        self._last_batch = replace(last_batch, position=start + last_batch.position)
+        self._last_batch = None
+        self._appended_last = (last_header, start + batches[-1][0])
         if self.roll_base_ms is None:
             self.roll_base_ms = now_ms
         self.last_modified_ms = now_ms
@@ -307,6 +311,9 @@ class _Segment:
                 yield BatchInfo.from_header(header, position)
 
     def last_batch(self) -> BatchInfo | None:
+        if self._last_batch is None and self._appended_last is not None:
+            self._last_batch = BatchInfo.from_header(*self._appended_last)
+            self._appended_last = None
         if self._last_batch is None and self.size_bytes:
             start = self.index_positions[-1] if self.index_positions else 0
             for position, header in self.scan_headers(start):
@@ -337,6 +344,7 @@ class _Segment:
             self.offset_of_max_timestamp = self.base_offset
             scan_from = 0
         self._last_batch = None
+        self._appended_last = None
         for batch_position, header in self.scan_headers(scan_from, position):
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
@@ -655,6 +663,7 @@ class _DiskSegment(_Segment):
             expected = last.last_offset + 1
         self.next_offset = expected if last is not None else self.base_offset
         self._last_batch = last
+        self._appended_last = None
         return None
 
     def recover(self) -> tuple[int, str | None]:
@@ -703,6 +712,7 @@ class _DiskSegment(_Segment):
         self.size_bytes = position
         self.next_offset = expected
         self._last_batch = last
+        self._appended_last = None
         # Sealed like a rolled segment: the last time entry is the largest timestamp, which a
         # later open (that does not recover this segment) reads back as max_timestamp.
         self._add_time_entry()

@@ -14,6 +14,7 @@ import re
 import shutil
 import time
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -45,7 +46,12 @@ from flux.storage.errors import (
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
 )
-from flux.storage.limits import MAX_APPEND_BYTES, MAX_RELATIVE_OFFSET
+from flux.storage.limits import (
+    MAX_APPEND_BYTES,
+    MAX_RELATIVE_OFFSET,
+    TAIL_CACHE_APPENDS,
+    TAIL_CACHE_BYTES,
+)
 
 __all__ = ["PartitionLog", "MemoryLog", "Log"]
 
@@ -91,7 +97,15 @@ class _SegmentedLog:
         self._closed = False
         self._unflushed_records = 0
         self._last_flush_ms = clock_ms()
+        # The latest appends as (base offset, next offset, bytes, their batches), oldest first:
+        # see _read_tail.
+        # Whatever removes or rewrites stored batches calls _forget_tail.
+        self._tail: deque[tuple[int, int, bytes, list[BatchMeta]]] = deque()
+        self._tail_bytes = 0
         self._check_invariants()
+
+    #: Bytes of recent appends kept in memory (0: none; the memory log reads RAM anyway).
+    _tail_cache_bytes = TAIL_CACHE_BYTES
 
     # -- hooks for the storage flavour -------------------------------------
 
@@ -187,11 +201,10 @@ class _SegmentedLog:
             metas = _follower_metas(parsed, first_offset)
         last_offset = metas[-1][3]
         self._maybe_roll(len(data), last_offset, now_ms)
-        final = parsed[-1]
-        final_header = Header._make(HEADER.unpack_from(data, final.position))
-        self._segments[-1].append(
-            data, metas, BatchInfo.from_header(final_header, final.position), now_ms
-        )
+        final_header = Header._make(HEADER.unpack_from(data, parsed[-1].position))
+        self._segments[-1].append(data, metas, final_header, now_ms)
+        if self._tail_cache_bytes:
+            self._remember_tail(metas, data)
         record_count = sum(batch.header.records_count for batch in parsed)
         self._unflushed_records += record_count
         self._apply_flush_policy(now_ms)
@@ -203,6 +216,45 @@ class _SegmentedLog:
             max_timestamp=max(meta[4] for meta in metas),
             log_append_time_ms=stamp_ms,
         )
+
+    def _remember_tail(self, metas: list[BatchMeta], data: bytes | bytearray | memoryview) -> None:
+        tail = self._tail
+        if len(data) > self._tail_cache_bytes:
+            tail.clear()
+            self._tail_bytes = 0
+            return
+        tail.append((metas[0][2], metas[-1][3] + 1, bytes(data), metas))
+        self._tail_bytes += len(data)
+        while self._tail_bytes > self._tail_cache_bytes or len(tail) > TAIL_CACHE_APPENDS:
+            self._tail_bytes -= len(tail.popleft()[2])
+
+    def _forget_tail(self) -> None:
+        self._tail.clear()
+        self._tail_bytes = 0
+
+    def _read_tail(self, offset: int, max_bytes: int, limit: int) -> bytes | None:
+        """``read`` answered from the latest appends held in memory (the same bytes, by the
+        same rules as the segments), or None when ``offset`` lies before them."""
+        tail = self._tail
+        if not tail or offset < tail[0][0] or offset >= tail[-1][1]:
+            return None
+        first = len(tail) - 1
+        while tail[first][0] > offset:  # newest first: a follower asks for the latest append
+            first -= 1
+        parts: list[bytes] = []
+        total = 0
+        for index in range(first, len(tail)):
+            data, metas = tail[index][2], tail[index][3]
+            for position, size, _base_offset, last_offset, _max_timestamp in metas:
+                if last_offset < offset:
+                    continue
+                if last_offset >= limit or (parts and total + size > max_bytes):
+                    return b"".join(parts)
+                parts.append(data if size == len(data) else data[position : position + size])
+                total += size
+                if total > max_bytes:
+                    return parts[0]  # the first batch, whole although larger than max_bytes
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _maybe_roll(self, incoming_bytes: int, last_offset: int, now_ms: int) -> None:
         active = self._segments[-1]
@@ -257,6 +309,9 @@ class _SegmentedLog:
         limit = end if max_offset is None else min(max_offset, end)
         if offset >= limit:
             return b""
+        cached = self._read_tail(offset, max_bytes, limit)
+        if cached is not None:
+            return cached
         parts: list[bytes] = []
         budget = max_bytes
         i = self._segment_index(offset)
@@ -327,6 +382,7 @@ class _SegmentedLog:
             return
         if offset < self._log_start_offset:
             raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
+        self._forget_tail()
         i = self._segment_index(offset)
         segment = self._segments[i]
         position, header = segment.find_batch(offset)
@@ -347,6 +403,7 @@ class _SegmentedLog:
         self._check_open()
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
+        self._forget_tail()
         self._drop_tail(0)
         segment = self._create_segment(offset)
         self._segments.append(segment)
@@ -610,6 +667,8 @@ class MemoryLog(_SegmentedLog):
         start_offset: int = 0,
     ) -> MemoryLog:
         return cls(config, clock_ms=clock_ms, start_offset=start_offset)
+
+    _tail_cache_bytes = 0  # its segments are in memory already
 
     def _create_segment(self, base_offset: int) -> _Segment:
         return _MemorySegment(base_offset, self._config.index_interval_bytes)

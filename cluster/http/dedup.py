@@ -32,6 +32,7 @@ __all__ = [
     "MAX_IDS_PER_PARTITION",
     "MESSAGE_ID_HEADER",
     "MessageIdIndex",
+    "may_carry_ids",
     "message_ids_in",
 ]
 
@@ -43,6 +44,15 @@ MAX_IDS_PER_PARTITION = 1_000_000
 
 def _wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def may_carry_ids(records: bytes | memoryview, headers: Iterable[BatchHeader]) -> bool:
+    """Whether any of these batches may hold a ``flux-msg-id`` header: False (so nothing needs
+    decoding) when none is compressed and the header's name is nowhere in their bytes, the
+    common case of Kafka clients, which costs one substring search per append."""
+    if any(header.compression is not Compression.NONE for header in headers):
+        return True
+    return _HEADER_BYTES in (records if isinstance(records, bytes) else bytes(records))
 
 
 def message_ids_in(batch: bytes | memoryview, header: BatchHeader) -> list[tuple[int, str]]:

@@ -57,38 +57,56 @@ class ProduceApis(KafkaApisBase):
         if waiting:
             # Appended, in arrival order; the wait for the followers does not hold up the
             # connection's next requests (see cluster.kafka.server).
-            return Deferred(
-                asyncio.ensure_future(self._replicated(waiting, body["timeout_ms"], response))
-            )
+            return Deferred(self._replicated(waiting, body["timeout_ms"], response))
         if acks == 0:
             return None
         return response
 
-    async def _replicated(
+    def _replicated(
         self,
         waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]],
         timeout_ms: int,
         response: dict[str, Any],
-    ) -> dict[str, Any]:
-        await self._await_replication(waiting, timeout_ms)
-        return response
+    ) -> asyncio.Future[dict[str, Any]]:
+        """acks=all: a future of ``response``, done once the high watermark passes every
+        appended batch, or at the timeout (REQUEST_TIMED_OUT for the partitions still waiting;
+        their data may still be replicated later, as in Kafka). Callbacks, not a task: this
+        runs once per acks=all request. Cancelling it (the connection went away) stops the
+        partitions' waits."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[dict[str, Any]] = loop.create_future()
+        pending = [len(waiting)]
 
-    async def _await_replication(
-        self, waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]], timeout_ms: int
-    ) -> None:
-        """acks=all: wait until the high watermark passes every appended batch, or time out
-        (REQUEST_TIMED_OUT; the data may still be replicated later, as in Kafka)."""
+        def finish() -> None:
+            timer.cancel()
+            for result, future in waiting:
+                if not future.done():
+                    future.cancel()
+                    result["error_code"] = ErrorCode.REQUEST_TIMED_OUT
+                    result["error_message"] = "the in-sync replicas did not acknowledge in time"
+                elif not future.cancelled() and future.result() != ErrorCode.NONE:
+                    result["error_code"] = future.result()
+                    result["error_message"] = future.result().message
+            if not done.done():
+                done.set_result(response)
+
+        def one_done(_future: asyncio.Future[ErrorCode]) -> None:
+            pending[0] -= 1
+            if pending[0] == 0 and not done.done():
+                finish()
+
+        def abandoned(_done: asyncio.Future[dict[str, Any]]) -> None:
+            if done.cancelled():
+                timer.cancel()
+                for _result, future in waiting:
+                    future.cancel()
+
         timeout_s = min(max(timeout_ms, 0), self._config.broker.request_timeout_ms) / 1000
-        futures = [future for _, future in waiting]
-        await asyncio.wait(futures, timeout=timeout_s)
-        for result, future in waiting:
-            if not future.done():
-                future.cancel()
-                result["error_code"] = ErrorCode.REQUEST_TIMED_OUT
-                result["error_message"] = "the in-sync replicas did not acknowledge in time"
-            elif future.result() != ErrorCode.NONE:
-                result["error_code"] = future.result()
-                result["error_message"] = future.result().message
+        timer = loop.call_later(timeout_s, finish)
+        done.add_done_callback(abandoned)
+        for _result, future in waiting:
+            future.add_done_callback(one_done)
+        return done
 
     def _append(
         self, partition: Partition, records: bytes | None, acks: int

@@ -43,9 +43,10 @@ MAX_IN_FLIGHT_REQUESTS = 100
 
 
 class Deferred:
-    """A response still being completed by ``task`` (an ``acks=all`` produce waiting for its
-    followers); the connection sends it, in request order, when the task finishes.
-    ``then(fn)`` is the deferred result of ``fn`` applied to this one's."""
+    """A response still being completed by ``task`` (a future: an ``acks=all`` produce waiting
+    for its followers); the connection sends it, in request order, when it is done.
+    ``then(fn)`` is the deferred result of ``fn`` applied to this one's, chained by callbacks
+    (no task per request); cancelling it cancels this one."""
 
     __slots__ = ("task",)
 
@@ -53,10 +54,29 @@ class Deferred:
         self.task = task
 
     def then(self, fn: Callable[[Any], Any]) -> Deferred:
-        async def chained() -> Any:
-            return fn(await self.task)
+        source = self.task
+        derived: asyncio.Future[Any] = source.get_loop().create_future()
 
-        return Deferred(asyncio.ensure_future(chained()))
+        def forward(done: asyncio.Future[Any]) -> None:
+            if derived.done():
+                return
+            if done.cancelled():
+                derived.cancel()
+            elif done.exception() is not None:
+                derived.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                try:
+                    derived.set_result(fn(done.result()))
+                except Exception as error:  # noqa: BLE001 - the connection reports it
+                    derived.set_exception(error)
+
+        def backward(done: asyncio.Future[Any]) -> None:
+            if done.cancelled() and not source.done():
+                source.cancel()
+
+        source.add_done_callback(forward)
+        derived.add_done_callback(backward)
+        return Deferred(derived)
 
 
 # A handler returns the encoded response frame, None when the request expects no answer (a

@@ -22,6 +22,7 @@ request is parked is sent at once as a second request, which ends the parked one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 
@@ -120,6 +121,10 @@ class ReplicaFetcherManager:
                 log.warning(
                     "%d replica fetchers did not stop in %.0f s", len(pending), STOP_TIMEOUT_S
                 )
+
+    def batched_epoch_writes(self) -> contextlib.AbstractContextManager[None]:
+        """One LMDB transaction for the leader epochs that one fetch answer starts."""
+        return self._replicas.batched_epoch_writes()
 
     def apply(self, leader: int, answer: PartitionData) -> bool:
         """Apply one partition's answer; False if it carried an error or could not be stored."""
@@ -321,9 +326,10 @@ class _LeaderLink:
         retry_at: dict[TopicPartition, float],
     ) -> None:
         now = asyncio.get_running_loop().time()
-        for answer in answers:
+        with self._manager.batched_epoch_writes():
+            stored_all = [self._manager.apply(self.leader, answer) for answer in answers]
+        for answer, stored in zip(answers, stored_all, strict=True):
             key = (answer.topic, answer.partition)
-            stored = self._manager.apply(self.leader, answer)
             if answer.error_code == ErrorCode.NONE and answer.diverging_epoch < 0:
                 if not stored:
                     # The leader moved its position past batches we could not store: name

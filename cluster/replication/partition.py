@@ -31,7 +31,7 @@ from flux.storage import AppendResult, MemoryLog, PartitionLog
 from flux.storage.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
 from flux.storage.producer_state import ProducerStateManager, Verdict, increment_sequence
 
-from ..http.dedup import MessageIdIndex, message_ids_in
+from ..http.dedup import MessageIdIndex, may_carry_ids, message_ids_in
 from ..topics import TopicConfig
 from .wire import PartitionData
 
@@ -189,14 +189,17 @@ class Partition:
         written again (the result carries its original offsets); a sequence gap or a fenced
         epoch raises ``ProducerRejectedError`` and nothing is written."""
         assert self.is_leader, "only a leader appends client batches"
-        if self.dedup.enabled:
+        headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
+        with_ids = self.dedup.enabled and may_carry_ids(records, headers)
+        if with_ids:
             deduplicated = self._drop_duplicate_ids(records)
             if isinstance(deduplicated, AppendResult):
                 return deduplicated
-            records = deduplicated
+            if deduplicated is not records:
+                records = deduplicated
+                headers = [h for h, _ in iter_batches(records, allow_partial_tail=False)]
         if isinstance(self.log, MemoryLog):
             self._check_memory_room(len(records))
-        headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
         duplicates = []
         for header in headers:
             if header.producer_id < 0 or header.is_control:
@@ -232,7 +235,7 @@ class Partition:
             )
         result = self.log.append(records, leader_epoch=self.leader_epoch)
         self._record_producers(headers, first_offset=result.base_offset)
-        if self.dedup.enabled:
+        if with_ids:
             self.dedup.observe_batches(records, base_offset=result.base_offset)
         else:
             self.dedup.covered_end = self.log_end_offset
@@ -550,8 +553,10 @@ class Partition:
         # Followers keep producer state and message ids too, so a new leader deduplicates
         # retries at once.
         self._record_producers(headers, first_offset=None)
-        if self.dedup.enabled:
+        if self.dedup.enabled and may_carry_ids(records, headers):
             self.dedup.observe_batches(records)
+        else:
+            self.dedup.covered_end = self.log_end_offset
         self.on_change(self)
 
     def truncate_to(self, offset: int) -> None:

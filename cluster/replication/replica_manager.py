@@ -20,12 +20,13 @@ re-created under the same name while this broker was down is never mistaken for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from flux.controller.image import MetadataDelta, MetadataImage, PartitionState, TopicImage
@@ -113,9 +114,9 @@ class ReplicaManager:
         first_image = old_image.version == 0
         self.image = new_image
         # Nothing is served while this (synchronous) method runs, so the epochs it assigns are
-        # durable before any batch of theirs is appended or answered.
-        self._epoch_writes = {}
-        try:
+        # durable before any batch of theirs is appended or answered. (Removals come first, so
+        # no write here revives a removed replica's.)
+        with self.batched_epoch_writes():
             for name, topic_id, index in roles.removed:
                 self._remove_partition(name, topic_id, index)
             for topic, index, state in roles.leader:
@@ -123,11 +124,6 @@ class ReplicaManager:
             for topic, index, state in roles.follower:
                 self._set_role(topic, index, state, is_leader=False)
             self._refresh_states_and_configs(old_image, new_image, delta.changed_topics)
-        finally:
-            # (Removals come first above, so no write here revives a removed replica's.)
-            writes, self._epoch_writes = self._epoch_writes, None
-            if writes:
-                self._checkpoints.put_many_json(_LEADER_EPOCHS, writes)
         if first_image:
             self._remove_stray_directories()
         for listener in self._image_listeners:
@@ -237,9 +233,27 @@ class ReplicaManager:
         self._partitions[(topic.name, index)] = partition
         return partition
 
+    @contextlib.contextmanager
+    def batched_epoch_writes(self) -> Iterator[None]:
+        """Leader-epoch changes made inside the block (an image's role changes, one fetch
+        answer's first batches of new epochs on many partitions) are written in one LMDB
+        transaction when it ends, instead of one each. The block must be synchronous: nothing
+        is answered from the new epochs before they are written. Nested blocks write once, at
+        the outermost end."""
+        if self._epoch_writes is not None:
+            yield
+            return
+        self._epoch_writes = {}
+        try:
+            yield
+        finally:
+            writes, self._epoch_writes = self._epoch_writes, None
+            if writes:
+                self._checkpoints.put_many_json(_LEADER_EPOCHS, writes)
+
     def _save_epochs(self, key: str, entries: list[tuple[int, int]]) -> None:
         if self._epoch_writes is not None:
-            self._epoch_writes[key] = list(entries)  # written once the image is applied
+            self._epoch_writes[key] = list(entries)  # written when the batched block ends
         else:
             self._checkpoints.put_json(_LEADER_EPOCHS, key, entries)
 

@@ -5,7 +5,12 @@ follower learns the ids it replicates, and that a new leader rebuilds the window
 from __future__ import annotations
 
 from flux.cluster.config import parse_config
-from flux.cluster.http.dedup import MESSAGE_ID_HEADER, MessageIdIndex, message_ids_in
+from flux.cluster.http.dedup import (
+    MESSAGE_ID_HEADER,
+    MessageIdIndex,
+    may_carry_ids,
+    message_ids_in,
+)
 from flux.cluster.replication.partition import Partition
 from flux.cluster.topics import TopicConfig
 from flux.controller.image import PartitionState
@@ -126,3 +131,16 @@ def test_memory_topic_refuses_appends_beyond_its_limit() -> None:
         partition.append_as_leader(_batch((None, b"y" * 1500, ())))
     assert raised.value.error == ErrorCode.POLICY_VIOLATION
     assert partition.log_end_offset == 1
+
+
+def test_batches_without_the_header_name_are_not_decoded() -> None:
+    def carries(records: bytes) -> bool:
+        headers = [header for header, _ in iter_batches(records)]
+        return may_carry_ids(memoryview(records), headers)
+
+    plain = _batch(_with_id(b"a", None), _with_id(b"b", None))
+    assert not carries(plain)
+    assert not carries(plain + _batch(_with_id(b"c", None)))
+    assert carries(plain + _batch(_with_id(b"c", "id-1")))
+    # A compressed batch hides its headers: it is always decoded.
+    assert carries(_batch(_with_id(b"d", None), compression=Compression.GZIP))
