@@ -4,14 +4,20 @@
   ``--concurrency`` clients, and ``POST /topics/<t>/messages`` with ``--batch`` messages per
   request (acks=all, replication factor 3).
 - ``push.webhook`` / ``push.websocket``: a subscriber served by this process subscribes with
-  ``readOld=true`` to ``--messages`` stored messages and acknowledges each one; throughput is
-  messages delivered per second until the last one (3 partitions: one in-order stream each).
+  ``readOld=true`` and ``maxInFlight=--window`` to ``--messages`` stored messages and
+  acknowledges each one; throughput is messages delivered per second until the last one
+  (3 partitions: one in-order stream each, up to ``--window`` unacknowledged messages each).
   Then ``--latency-messages`` are published at ``--rate`` per second while subscribed; latency
   is from the publish request's start to the delivery reaching the subscriber (p50/p99/max).
+  A message that arrives again (a redelivery) or below an offset of its partition that already
+  arrived is counted in ``redelivered`` / ``out_of_order``: both 0 for WebSocket on a healthy
+  run; with a window above 1 a webhook's concurrent requests (issued in offset order on
+  separate connections) may arrive out of order.
 
 Prints one JSON object.
 
     python benchmarks/push_http.py [--messages 3000] [--latency-messages 200] [--rate 100]
+        [--window 1]
 """
 
 from __future__ import annotations
@@ -39,17 +45,26 @@ PARTITIONS = 3
 
 class _Subscriber:
     """Webhook (``POST /poll``) and WebSocket (``/ws``) endpoints that acknowledge at once and
-    record when each message arrived."""
+    record when each message arrived, and whether it came again or out of order."""
 
     def __init__(self) -> None:
         self.arrivals: dict[str, float] = {}
         self.done = asyncio.Event()
         self.expected = 0
         self.port = free_port()
+        self.redelivered = 0
+        self.out_of_order = 0
+        self._last_offsets: dict[int, int] = {}
         self._runner: web.AppRunner | None = None
         self._sockets: set[web.WebSocketResponse] = set()
 
     def _arrived(self, message: dict[str, Any]) -> None:
+        if message["payload"] in self.arrivals:
+            self.redelivered += 1
+        elif message["offset"] <= self._last_offsets.get(message["partition"], -1):
+            self.out_of_order += 1
+        else:
+            self._last_offsets[message["partition"]] = message["offset"]
         self.arrivals.setdefault(message["payload"], time.perf_counter())
         if self.expected and len(self.arrivals) >= self.expected:
             self.done.set()
@@ -90,6 +105,11 @@ class _Subscriber:
         self.arrivals = {}
         self.expected = expected
         self.done = asyncio.Event()
+
+    def new_topic(self) -> None:
+        """Order and redelivery counts start again (a new topic's partitions)."""
+        self.redelivered = self.out_of_order = 0
+        self._last_offsets = {}
 
 
 def _phase(name: str) -> None:
@@ -163,6 +183,7 @@ async def _push(
     messages: int,
     latency_messages: int,
     rate: float,
+    window: int,
 ) -> dict[str, Any]:
     topic = f"bench-push-{kind}"
     await _create_topic(session, nodes[0], topic)
@@ -178,12 +199,13 @@ async def _push(
         if kind == "websocket"
         else f"http://127.0.0.1:{subscriber.port}"
     )
+    subscriber.new_topic()
     subscriber.reset(messages)
     started = time.perf_counter()
     await _post(
         session,
         _base(nodes[1]) + "/subscribe",
-        {"address": address, "topics": [topic], "readOld": True},
+        {"address": address, "topics": [topic], "readOld": True, "maxInFlight": window},
     )
     await asyncio.wait_for(subscriber.done.wait(), 600)
     _phase(f"push {kind}: latency")
@@ -205,7 +227,10 @@ async def _push(
     latencies = sorted((subscriber.arrivals[v] - sent[v]) * 1000 for v in sent)
     return {
         "messages": messages,
+        "window": window,
         "messages_per_s": round(throughput, 1),
+        "redelivered": subscriber.redelivered,
+        "out_of_order": subscriber.out_of_order,
         "latency_ms": {
             "p50": round(statistics.median(latencies), 2),
             "p99": round(latencies[int(len(latencies) * 0.99) - 1], 2),
@@ -236,6 +261,7 @@ async def _run(nodes: list[NodeProcess], args: argparse.Namespace) -> dict[str, 
                     args.messages,
                     args.latency_messages,
                     args.rate,
+                    args.window,
                 )
     finally:
         await subscriber.stop()
@@ -258,6 +284,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--latency-messages", type=int, default=200)
     parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument(
+        "--window", type=int, default=1, help="maxInFlight of the push subscriptions (1..1000)"
+    )
     args = parser.parse_args()
     _phase("starting the cluster")
     with tempfile.TemporaryDirectory(prefix="flux-push-bench-") as directory:

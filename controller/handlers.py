@@ -38,6 +38,7 @@ from flux.controller.errors import InvalidReplicationFactorError
 from flux.controller.image import MetadataImage, PartitionState, TopicImage
 from flux.controller.placement import place_replicas
 from flux.controller.records import (
+    MAX_SUBSCRIPTION_IN_FLIGHT,
     AllocateProducerIds,
     ConfigChange,
     CreatePartitions,
@@ -50,6 +51,7 @@ from flux.controller.records import (
     RegisterBroker,
     RegisterSubscription,
     SubscriptionStateChange,
+    SubscriptionWindowChange,
 )
 from flux.controller.topic_rules import (
     TOPIC_CONFIG_KEYS,
@@ -993,9 +995,11 @@ def register_subscription(
     topics: Sequence[str],
     read_old: bool,
     now_ms: int,
+    max_in_flight: int = 1,
 ) -> ControllerResult:
     """Create a push subscription, or reactivate an existing inactive one with the same id
-    (its offsets were kept). ``created`` in the response says which."""
+    (its offsets were kept). ``created`` in the response says which. ``max_in_flight`` is the
+    subscription's window: an existing subscription takes the new value."""
     if not _SUBSCRIPTION_ID.match(subscription_id):
         return _error(ErrorCode.INVALID_REQUEST, f"invalid subscription id {subscription_id!r}")
     if len(address) > MAX_ADDRESS_LENGTH or not address.startswith(_ADDRESS_SCHEMES):
@@ -1009,13 +1013,19 @@ def register_subscription(
             validate_topic_name(name)
         except InvalidTopicError as error:
             return _error(ErrorCode.INVALID_TOPIC_EXCEPTION, str(error))
+    if not 1 <= max_in_flight <= MAX_SUBSCRIPTION_IN_FLIGHT:
+        return _error(
+            ErrorCode.INVALID_REQUEST, f"max_in_flight must be in 1..{MAX_SUBSCRIPTION_IN_FLIGHT}"
+        )
     current = image.subscriptions.get(subscription_id)
     fields = {"subscription_id": subscription_id}
     if current is not None:
-        if current.active:
-            return _ok(created=False, reactivated=False, **fields)
-        change = SubscriptionStateChange(subscription_id, active=True, changed_ms=now_ms)
-        return _ok([change], created=False, reactivated=True, **fields)
+        records: list[Record] = []
+        if not current.active:
+            records.append(SubscriptionStateChange(subscription_id, active=True, changed_ms=now_ms))
+        if current.max_in_flight != max_in_flight:
+            records.append(SubscriptionWindowChange(subscription_id, max_in_flight=max_in_flight))
+        return _ok(records, created=False, reactivated=not current.active, **fields)
     if len(image.subscriptions) >= MAX_SUBSCRIPTIONS:
         return _error(ErrorCode.INVALID_REQUEST, f"at most {MAX_SUBSCRIPTIONS} subscriptions")
     record = RegisterSubscription(
@@ -1024,6 +1034,7 @@ def register_subscription(
         topics=tuple(dict.fromkeys(topics)),
         read_old=read_old,
         created_ms=now_ms,
+        max_in_flight=max_in_flight,
     )
     return _ok([record], created=True, reactivated=False, **fields)
 

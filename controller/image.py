@@ -37,6 +37,7 @@ from flux.controller.records import (
     RegisterBroker,
     RegisterSubscription,
     SubscriptionStateChange,
+    SubscriptionWindowChange,
     UnfenceBroker,
 )
 
@@ -272,7 +273,8 @@ class TopicImage:
 @dataclass(frozen=True, slots=True)
 class SubscriptionImage:
     """One push subscription (see ``RegisterSubscription``). ``changed_ms``: when it was
-    created or last changed state (wall clock, from the record)."""
+    created or last changed state (wall clock, from the record). ``max_in_flight``: its
+    window (``SubscriptionWindowChange``); 1 in snapshots written before it existed."""
 
     subscription_id: str
     address: str
@@ -280,6 +282,7 @@ class SubscriptionImage:
     read_old: bool
     active: bool
     changed_ms: int
+    max_in_flight: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -289,6 +292,7 @@ class SubscriptionImage:
             "read_old": self.read_old,
             "active": self.active,
             "changed_ms": self.changed_ms,
+            "max_in_flight": self.max_in_flight,
         }
 
     @classmethod
@@ -300,6 +304,7 @@ class SubscriptionImage:
             read_old=bool(data["read_old"]),
             active=bool(data["active"]),
             changed_ms=int(data["changed_ms"]),
+            max_in_flight=int(data.get("max_in_flight", 1)),
         )
 
 
@@ -524,6 +529,7 @@ class MetadataImage:
             read_old=record.read_old,
             active=True,
             changed_ms=record.created_ms,
+            max_in_flight=record.max_in_flight,
         )
         subscriptions = self.subscriptions.set(record.subscription_id, subscription)
         return replace(self, subscriptions=FrozenMap(sorted(subscriptions.items())))
@@ -533,6 +539,13 @@ class MetadataImage:
         if current is None:
             return self._ignore(record, "unknown subscription")
         changed = replace(current, active=record.active, changed_ms=record.changed_ms)
+        return replace(self, subscriptions=self.subscriptions.set(record.subscription_id, changed))
+
+    def _replay_subscription_window(self, record: SubscriptionWindowChange) -> MetadataImage:
+        current = self.subscriptions.get(record.subscription_id)
+        if current is None:
+            return self._ignore(record, "unknown subscription")
+        changed = replace(current, max_in_flight=record.max_in_flight)
         return replace(self, subscriptions=self.subscriptions.set(record.subscription_id, changed))
 
     def _replay_delete_subscription(self, record: DeleteSubscription) -> MetadataImage:
@@ -605,6 +618,7 @@ _REPLAYERS: dict[type[Any], Any] = {
     AllocateProducerIds: MetadataImage._replay_allocate_producer_ids,
     RegisterSubscription: MetadataImage._replay_register_subscription,
     SubscriptionStateChange: MetadataImage._replay_subscription_state,
+    SubscriptionWindowChange: MetadataImage._replay_subscription_window,
     DeleteSubscription: MetadataImage._replay_delete_subscription,
 }
 

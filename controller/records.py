@@ -20,6 +20,7 @@ from typing import Any
 from flux.controller.errors import InvalidRecordError
 
 __all__ = [
+    "MAX_SUBSCRIPTION_IN_FLIGHT",
     "RECORD_FORMAT_VERSION",
     "AllocateProducerIds",
     "RECORD_TYPES",
@@ -36,6 +37,7 @@ __all__ = [
     "RegisterBroker",
     "RegisterSubscription",
     "SubscriptionStateChange",
+    "SubscriptionWindowChange",
     "UnfenceBroker",
     "record_from_dict",
     "record_to_dict",
@@ -171,13 +173,17 @@ class AllocateProducerIds:
 class RegisterSubscription:
     """A push subscription: deliver every message of ``topics`` to ``address`` (an http(s)
     webhook or a ws(s) WebSocket endpoint). It starts active. ``read_old``: start from the
-    oldest retained message instead of the end. Replaces nothing: an existing id is ignored."""
+    oldest retained message instead of the end. ``max_in_flight``: how many messages of one
+    partition may be sent and not yet acknowledged (1..``MAX_SUBSCRIPTION_IN_FLIGHT``; records
+    written before it existed lack it and mean 1). Replaces nothing: an existing id is ignored.
+    """
 
     subscription_id: str
     address: str
     topics: tuple[str, ...]
     read_old: bool
     created_ms: int
+    max_in_flight: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +194,15 @@ class SubscriptionStateChange:
     subscription_id: str
     active: bool
     changed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionWindowChange:
+    """Set a subscription's ``max_in_flight`` (see ``RegisterSubscription``); ignored for an
+    unknown id. Its state and ``changed_ms`` stay as they are."""
+
+    subscription_id: str
+    max_in_flight: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +223,7 @@ Record = (
     | AllocateProducerIds
     | RegisterSubscription
     | SubscriptionStateChange
+    | SubscriptionWindowChange
     | DeleteSubscription
 )
 
@@ -226,6 +242,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
         AllocateProducerIds,
         RegisterSubscription,
         SubscriptionStateChange,
+        SubscriptionWindowChange,
         DeleteSubscription,
     )
 }
@@ -233,6 +250,8 @@ RECORD_TYPES: dict[str, type[Any]] = {
 # Bounds on what a record may carry, checked when reading one.
 MAX_STRING_LENGTH = 4096
 MAX_LIST_LENGTH = 100_000
+#: A push subscription's window: messages of one partition sent and not yet acknowledged.
+MAX_SUBSCRIPTION_IN_FLIGHT = 1000
 
 
 # -- encoding -----------------------------------------------------------------------------
@@ -285,6 +304,12 @@ def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
 
 def _optional_str(value: Any, where: str) -> str | None:
     return None if value is None else _str(value, where)
+
+
+def _in_flight(value: Any, where: str) -> int:
+    if not 1 <= _int(value, where) <= MAX_SUBSCRIPTION_IN_FLIGHT:
+        raise InvalidRecordError(f"{where}: expected 1..{MAX_SUBSCRIPTION_IN_FLIGHT}, got {value}")
+    return int(value)
 
 
 def _list(value: Any, where: str) -> list[Any]:
@@ -383,8 +408,10 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
         "topics": _str_tuple,
         "read_old": _bool,
         "created_ms": _int,
+        "max_in_flight": _in_flight,
     },
     "SubscriptionStateChange": {"subscription_id": _str, "active": _bool, "changed_ms": _int},
+    "SubscriptionWindowChange": {"subscription_id": _str, "max_in_flight": _in_flight},
     "DeleteSubscription": {"subscription_id": _str},
     "ConfigChange": {
         "resource_type": _str,
@@ -400,6 +427,7 @@ _OPTIONAL_FIELDS = {
     ("RegisterBroker", "listeners"),
     ("RegisterBroker", "log_dir_id"),
     ("PartitionChange", "elr"),
+    ("RegisterSubscription", "max_in_flight"),
 }
 
 

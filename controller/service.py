@@ -671,6 +671,8 @@ class ControllerService:
         read_old = body.get("read_old", False)
         if not isinstance(read_old, bool):
             raise _BadRequest("field 'read_old' must be true or false")
+        # Absent from a broker that predates windows: one message at a time.
+        max_in_flight = _int_field(body, "max_in_flight") if "max_in_flight" in body else 1
         subscription_id = _str_field(body, "subscription_id")
         address = _str_field(body, "address")
         now_ms = int(time.time() * 1000)
@@ -682,6 +684,7 @@ class ControllerService:
                 topics=topics,
                 read_old=read_old,
                 now_ms=now_ms,
+                max_in_flight=max_in_flight,
             )
         )
         return {**result.response, "version": image.version}

@@ -1,7 +1,8 @@
 """The broker's HTTP API (aiohttp routes added to the broker's HTTP server).
 
 Original Flux shape: ``POST /publish {"id","message","topic"}``, ``POST /subscribe
-{"address","topics","readOld"}``, ``POST /unsubscribe {"address","topics"}``, ``GET /ping``.
+{"address","topics","readOld","maxInFlight"}``, ``POST /unsubscribe {"address","topics"}``,
+``GET /ping``.
 REST: topics, messages (produce with key/headers/id, read by offset range), groups,
 subscriptions, cluster state; ``/health``; ``/metrics``. See docs/http-api.md.
 

@@ -1,6 +1,6 @@
 """The original Flux HTTP API: ``POST /publish {"id","message","topic"}``, ``POST /subscribe
-{"address","topics","readOld"}``, ``POST /unsubscribe {"address","topics"}``, and the push
-subscriptions (``GET /subscriptions``, ``GET`` and ``DELETE /subscriptions/{id}``).
+{"address","topics","readOld","maxInFlight"}``, ``POST /unsubscribe {"address","topics"}``, and
+the push subscriptions (``GET /subscriptions``, ``GET`` and ``DELETE /subscriptions/{id}``).
 
 A subscription is a metadata record written through the active controller; its positions are
 the internal group ``__flux_push.<id>`` (``push_group``). ``GET /ping`` is served by the
@@ -18,6 +18,7 @@ import urllib.parse
 from typing import Any
 
 from aiohttp import web
+from flux.controller.records import MAX_SUBSCRIPTION_IN_FLIGHT
 
 from ..groups.coordinator import OFFSETS_TOPIC
 from ..groups.offsets_client import OffsetsUnavailableError, push_group
@@ -64,6 +65,22 @@ def _topics_field(body: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(topics))
 
 
+def _max_in_flight_field(body: dict[str, Any]) -> int:
+    """The subscription's window, ``maxInFlight`` (or its config-style name ``max.in.flight``):
+    an integer 1..MAX_SUBSCRIPTION_IN_FLIGHT, 1 when absent (one message at a time)."""
+    name = next((n for n in ("maxInFlight", "max.in.flight") if n in body), None)
+    if name is None:
+        return 1
+    value = body[name]
+    if type(value) is not int or not 1 <= value <= MAX_SUBSCRIPTION_IN_FLIGHT:
+        raise HttpError(
+            400,
+            f"field {name!r} must be an integer from 1 to {MAX_SUBSCRIPTION_IN_FLIGHT}",
+            field=name,
+        )
+    return value
+
+
 class FluxApi(HttpApiBase):
     """``/publish`` and the subscription endpoints."""
 
@@ -85,6 +102,7 @@ class FluxApi(HttpApiBase):
         read_old = body.get("readOld", body.get("read_old", False))
         if not isinstance(read_old, bool):
             raise HttpError(400, "field 'readOld' must be true or false", field="readOld")
+        max_in_flight = _max_in_flight_field(body)
         for name in topics:
             await self._topic(name, create=True)
         subscription_id = subscription_id_for(address, topics)
@@ -102,11 +120,18 @@ class FluxApi(HttpApiBase):
                 "address": address,
                 "topics": topics,
                 "read_old": read_old,
+                "max_in_flight": max_in_flight,
             },
         )
         result = self._controller_answer(answer, created=200)
         document = json.loads(result.body)  # type: ignore[arg-type]
-        document.update(id=subscription_id, topics=topics, address=address, readOld=read_old)
+        document.update(
+            id=subscription_id,
+            topics=topics,
+            address=address,
+            readOld=read_old,
+            maxInFlight=max_in_flight,
+        )
         return web.json_response(document, status=201 if document.get("created") else 200)
 
     async def _commit_start_offsets(self, subscription_id: str, topics: list[str]) -> None:
@@ -187,6 +212,7 @@ def _subscription_json(subscription: Any) -> dict[str, Any]:
         "address": subscription.address,
         "topics": list(subscription.topics),
         "readOld": subscription.read_old,
+        "maxInFlight": subscription.max_in_flight,
         "active": subscription.active,
         "changed_ms": subscription.changed_ms,
         "group": push_group(subscription.subscription_id),

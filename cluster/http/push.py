@@ -1,22 +1,38 @@
 """Push subscriptions: the leader of each partition delivers its messages to every active
-subscription on the topic, strictly in order, one unacknowledged delivery at a time.
+subscription on the topic, strictly in offset order, with at most the subscription's window
+(``max_in_flight``, 1 by default) of them sent and not yet acknowledged.
 
-A subscription is a metadata record (address, topics, readOld, active). For each (subscription,
-partition) this broker leads, one ``_Delivery`` task:
+A subscription is a metadata record (address, topics, readOld, maxInFlight, active). For each
+(subscription, partition) this broker leads, one ``_Delivery`` task:
 
 1. reads the subscription's committed offset from group ``__flux_push.<id>`` (at that group's
    coordinator); with none it starts at the log start offset (``readOld``, and partitions
    created after the subscription; a ``readOld=false`` subscription had the partition ends
    committed when it was created);
-2. reads messages below the high watermark, up to ``topic.buffer`` ahead, and sends them one at
-   a time: a webhook gets ``POST <address>/poll {"id","payload","topic",...}`` and a 2xx answer
-   is the acknowledgement; a WebSocket subscriber (``ws://`` address) gets the same JSON as a
-   text frame and answers ``{"ack": "<id>"}``;
-3. advances and commits the offset only after the acknowledgement (commits are coalesced: a
-   SIGKILL between an acknowledgement and its commit redelivers that message, at least once);
-4. retries a failed delivery (non-2xx, timeout, connection error) ``retry_count`` times,
-   ``retry_interval`` apart, each attempt bounded by ``timeout``; then marks the subscription
-   inactive through the controller and stops (its offsets are kept).
+2. reads messages below the high watermark, up to ``topic.buffer`` ahead, and sends them in
+   offset order while fewer than ``max_in_flight`` messages lie between the acknowledged
+   position and the last one sent (a ``DeliveryWindow``): a webhook gets
+   ``POST <address>/poll {"id","payload","topic",...}``, one concurrent request per message
+   issued in offset order, and a 2xx answer is the acknowledgement; a WebSocket subscriber
+   (``ws://`` address) gets the same JSON as text frames on one connection, without waiting
+   for answers, and answers ``{"ack": "<id>"}`` or ``{"nack": "<id>"}`` in any order (matched
+   by id; a message whose id is still unanswered waits, so an answer names one message);
+3. advances the acknowledged position over the contiguous acknowledged prefix only, never past
+   an unacknowledged message (control records, and messages that retention removed before
+   they were sent, are passed over), and commits it (commits are coalesced: a SIGKILL between
+   an acknowledgement and its commit redelivers that message, at least once);
+4. on a failure (nack, non-2xx, timeout, connection error) sends nothing new and waits for
+   the answers still outstanding (every attempt is bounded by ``timeout``: a webhook request
+   gives up, a WebSocket whose answer is late is closed), then after ``retry_interval`` sends
+   again from the first unacknowledged message, in order (go-back-N: the messages after it
+   come again even if they were acknowledged, so the subscriber sees first deliveries in
+   order and repeats only after a failure). After ``retry_count`` such retries without the
+   position moving it marks the subscription inactive through the controller and stops (its
+   offsets are kept).
+
+With a window of 1 this is one unacknowledged delivery at a time: send, wait for the answer,
+retry or move on. The window is read from the metadata image as delivery goes, so a
+re-subscription with another ``maxInFlight`` takes effect without a restart.
 
 Deliveries of different subscriptions and partitions are independent tasks, so a subscriber that
 hangs or fails never blocks another. When leadership moves, the old leader's tasks stop and the
@@ -25,13 +41,15 @@ new leader's start from the committed offset.
 Every ``subscriber.cleanup_time`` one broker (the lowest live id) deletes the subscriptions
 inactive for longer than ``inactive_time``, with their offsets.
 
-Thread-safety: one owner, the broker's event loop.
+Thread-safety: one owner, the broker's event loop. A delivery's window and read-ahead belong to
+its task; the WebSocket reader and the webhook requests only queue answers for it and wake it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections import deque
@@ -40,6 +58,7 @@ from typing import Any
 
 import aiohttp
 from flux.controller.image import MetadataImage, SubscriptionImage
+from flux.controller.records import MAX_SUBSCRIPTION_IN_FLIGHT
 from flux.protocol.errors import CorruptRecordError
 from flux.protocol.records import decode_records, iter_batches
 from flux.storage import OffsetOutOfRangeError
@@ -52,7 +71,7 @@ from ..replication.replica_manager import ReplicaManager
 from .common import message_json
 from .metrics import BrokerMetrics
 
-__all__ = ["PushManager", "PushSettings"]
+__all__ = ["DeliveryWindow", "PushManager", "PushMessage", "PushSettings"]
 
 log = logging.getLogger("flux.cluster.push")
 
@@ -63,6 +82,13 @@ MAX_PUSH_CONNECTIONS = 1000
 COMMIT_RETRY_S = 0.2
 STOP_TIMEOUT_S = 2.0
 WS_SCHEMES = ("ws://", "wss://")
+#: A read that yields nothing below the high watermark (an unreadable batch) is retried after
+#: this pause rather than at once.
+READ_RETRY_S = 0.01
+#: Answers a delivery holds before its task takes them: one per message in flight, with room
+#: for repeated answers; a subscriber that sends more is cut off (a connection failure).
+MAX_QUEUED_ANSWERS = 4 * MAX_SUBSCRIPTION_IN_FLIGHT
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -174,16 +200,21 @@ class PushManager:
                 self._deliveries[key] = delivery
                 delivery.start()
 
-    def still_wanted(self, subscription_id: str, partition: Partition) -> bool:
+    def wanted_subscription(
+        self, subscription_id: str, partition: Partition
+    ) -> SubscriptionImage | None:
+        """The subscription as the image has it now, if this broker should still push
+        ``partition`` to it; else None."""
         subscription = self._replicas.image.subscriptions.get(subscription_id)
-        current = self._replicas.partition(partition.topic, partition.index)
-        return (
-            subscription is not None
-            and subscription.active
-            and subscription_id not in self._marked_inactive
-            and current is partition
-            and partition.is_leader
-        )
+        if (
+            subscription is None
+            or not subscription.active
+            or subscription_id in self._marked_inactive
+            or not partition.is_leader
+            or self._replicas.partition(partition.topic, partition.index) is not partition
+        ):
+            return None
+        return subscription
 
     async def mark_inactive(self, subscription_id: str) -> None:
         current = self._replicas.image.subscriptions.get(subscription_id)
@@ -228,8 +259,144 @@ class PushManager:
         return deleted
 
 
+@dataclass(frozen=True, slots=True)
+class PushMessage:
+    """One message as pushed: its offset, its id (what the subscriber answers with) and the
+    JSON text sent (made once, sent again as is on a redelivery)."""
+
+    offset: int
+    message_id: str
+    text: str
+
+
+@dataclass(slots=True)
+class _Sent:
+    message: PushMessage
+    sent_at: float  # time.perf_counter(), for the latency metric
+    deadline: float  # event-loop time by which a WebSocket answer is due
+    answered: bool = False
+    acked: bool = False
+
+
+class DeliveryWindow:
+    """The go-back-N sender state of one (subscription, partition): the messages sent and not
+    yet covered by the acknowledged position, in offset order, with their answers.
+
+    Invariants: sent offsets strictly increase (``next_offset`` is the lowest offset the next
+    send may have); ``position`` (every message below it is acknowledged) is the offset of the
+    first entry, or ``next_offset`` when there is none, and never goes back; an acknowledgement
+    moves it only over the contiguous acknowledged prefix; at most one unanswered entry per
+    message id, so an answer names one message; after a failure nothing is sent until
+    ``rewind``, once every entry is answered.
+
+    Pure (times are passed in); not thread-safe: one owner, the delivery task.
+    """
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+        self.next_offset = position
+        #: The lowest offset that failed since the last rewind (None: no failure).
+        self.failed_offset: int | None = None
+        self._entries: deque[_Sent] = deque()
+        self._unanswered: dict[str, _Sent] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def settled(self) -> bool:
+        """Every message sent has an answer (or was failed)."""
+        return not self._unanswered
+
+    def can_send(self, message_id: str, max_in_flight: int) -> bool:
+        return (
+            self.failed_offset is None
+            and len(self._entries) < max_in_flight
+            and message_id not in self._unanswered
+        )
+
+    def send(self, message: PushMessage, *, sent_at: float, deadline: float) -> None:
+        assert self.failed_offset is None, "nothing is sent between a failure and its rewind"
+        assert message.offset >= self.next_offset, (message.offset, self.next_offset)
+        assert message.message_id not in self._unanswered, message.message_id
+        entry = _Sent(message, sent_at, deadline)
+        self._entries.append(entry)
+        self._unanswered[message.message_id] = entry
+        self.next_offset = message.offset + 1
+
+    def answer(self, message_id: str, *, ok: bool) -> _Sent | None:
+        """Record the answer to the unanswered message ``message_id``; None (ignored) if no
+        such message is waiting for one."""
+        entry = self._unanswered.pop(message_id, None)
+        if entry is None:
+            return None
+        entry.answered = True
+        entry.acked = ok
+        if not ok:
+            self._failed(entry.message.offset)
+        return entry
+
+    def advance(self) -> int:
+        """Move ``position`` over the acknowledged prefix; how many messages it passed."""
+        passed = 0
+        while self._entries and self._entries[0].acked:
+            self._entries.popleft()
+            passed += 1
+        position = self._entries[0].message.offset if self._entries else self.next_offset
+        assert position >= self.position, (position, self.position)
+        self.position = position
+        return passed
+
+    def oldest_unanswered(self) -> _Sent | None:
+        # Entries before the first unanswered one are answered but held back by a failure,
+        # so this looks past more than one entry only between a failure and its rewind.
+        for entry in self._entries:
+            if not entry.answered:
+                return entry
+        return None
+
+    def fail_unanswered(self) -> None:
+        """The connection is gone or an answer is late: every unanswered message failed."""
+        if not self._unanswered:
+            return
+        for entry in self._unanswered.values():
+            entry.answered = True
+        self._failed(min(e.message.offset for e in self._unanswered.values()))
+        self._unanswered.clear()
+
+    def skip_to(self, offset: int) -> None:
+        """Nothing is in flight and nothing deliverable lies below ``offset`` (control
+        records, messages removed by retention): the position moves there."""
+        assert not self._entries and self.failed_offset is None
+        if offset > self.next_offset:
+            self.next_offset = self.position = offset
+
+    def rewind(self) -> list[PushMessage]:
+        """After a failure, once settled: the messages to send again, in order, from the first
+        unacknowledged one (go-back-N); the window is then empty at ``position``."""
+        assert self.failed_offset is not None and self.settled
+        self.advance()
+        again = [entry.message for entry in self._entries]
+        self._entries.clear()
+        self.next_offset = self.position
+        self.failed_offset = None
+        return again
+
+    def _failed(self, offset: int) -> None:
+        if self.failed_offset is None or offset < self.failed_offset:
+            self.failed_offset = offset
+
+
 class _Delivery:
-    """Delivery of one partition to one subscription (see the module docstring)."""
+    """Delivery of one partition to one subscription (see the module docstring).
+
+    Invariants: messages go out in strictly increasing offsets between rewinds, at most the
+    subscription's ``max_in_flight`` past the window's position; the offset committed is a
+    position the window reached, so it never passes an unacknowledged message.
+
+    Thread-safety: one owner, the delivery task (the broker's event loop); its WebSocket reader
+    and webhook request tasks only append to ``_answers`` and set ``_wake``.
+    """
 
     def __init__(
         self, manager: PushManager, subscription: SubscriptionImage, partition: Partition
@@ -243,10 +410,23 @@ class _Delivery:
         self._committed: int | None = None
         self._commit_wanted = asyncio.Event()
         self._committer: asyncio.Task[None] | None = None
-        self._websocket: aiohttp.ClientWebSocketResponse | None = None
         self.finished = False
         kind = "websocket" if subscription.address.startswith(WS_SCHEMES) else "webhook"
         self._kind = kind
+        self._url = subscription.address.rstrip("/") + "/poll"
+        # Answers ``(message id, ok, perf_counter at arrival)`` queued for the delivery task,
+        # which ``_wake`` wakes (answers, new data, a broken connection).
+        self._answers: deque[tuple[str, bool, float]] = deque()
+        self._wake = asyncio.Event()
+        self._websocket: aiohttp.ClientWebSocketResponse | None = None
+        self._reader: asyncio.Task[None] | None = None
+        # The connection failed (a send, or the subscriber closed or broke it): the messages
+        # in flight on it fail.
+        self._broken = False
+        self._posts: set[asyncio.Task[None]] = set()
+        # The position whose message failed last, and how many rounds failed there in a row.
+        self._failing_position = -1
+        self._attempts = 0
         labels = (subscription.subscription_id, partition.topic)
         metrics = manager._metrics
         self._deliveries_metric = metrics.push_deliveries.labels(*labels)
@@ -269,13 +449,12 @@ class _Delivery:
         )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._flush_commit(), STOP_TIMEOUT_S)
-        if self._websocket is not None:
-            with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
-                await asyncio.wait_for(self._websocket.close(), STOP_TIMEOUT_S)
-            self._websocket = None
+        await self._abort_in_flight()
 
-    def _wanted(self) -> bool:
-        return self._manager.still_wanted(self._subscription.subscription_id, self._partition)
+    def _current(self) -> SubscriptionImage | None:
+        return self._manager.wanted_subscription(
+            self._subscription.subscription_id, self._partition
+        )
 
     async def _run(self) -> None:
         try:
@@ -295,7 +474,7 @@ class _Delivery:
         return self._partition.topic, self._partition.index
 
     async def _starting_offset(self) -> int | None:
-        while self._wanted():
+        while self._current() is not None:
             try:
                 committed = await self._offsets().fetch(self._group)
             except OffsetsUnavailableError as error:
@@ -312,51 +491,97 @@ class _Delivery:
     def _offsets(self) -> OffsetsClient:
         return self._manager._offsets
 
-    async def _deliver_from(self, offset: int) -> None:
-        partition = self._partition
-        pending: deque[Any] = deque()
-        while self._wanted():
-            if not pending:
-                offset = max(offset, partition.log.log_start_offset)
-                if offset >= partition.high_watermark:
-                    await self._manager._replicas.wait_for_data([partition], IDLE_WAIT_S)
-                    continue
-                pending.extend(self._read(offset))
-                if not pending:
-                    await asyncio.sleep(0.01)
-                    continue
-            record = pending.popleft()
-            if not await self._deliver_with_retries(record):
-                return
-            offset = record.offset + 1
-            self._acked = offset
-            self._commit_wanted.set()
+    # -- the delivery loop --------------------------------------------------------------------
 
-    def _read(self, offset: int) -> list[Any]:
+    async def _deliver_from(self, offset: int) -> None:
+        window = DeliveryWindow(offset)
+        pending: deque[PushMessage] = deque()  # read ahead, not yet sent, in offset order
+        read_offset = offset  # where the next read starts
+        while (subscription := self._current()) is not None:
+            self._take_answers(window)
+            if self._broken or self._answer_overdue(window):
+                await self._abort_in_flight()
+                self._take_answers(window)  # what arrived before the connection went
+                window.fail_unanswered()
+            if window.failed_offset is not None:
+                if not window.settled:
+                    await self._wait(window, read_offset=None)
+                elif not await self._go_back(window, pending):
+                    return
+                continue
+            if not pending:
+                read_offset = self._read_more(window, pending, read_offset)
+                if not pending and read_offset < self._partition.high_watermark:
+                    await asyncio.sleep(READ_RETRY_S)  # an unreadable batch: do not spin
+                    continue
+            await self._send_window(window, pending, subscription.max_in_flight)
+            await self._wait(window, read_offset=None if pending else read_offset)
+
+    async def _go_back(self, window: DeliveryWindow, pending: deque[PushMessage]) -> bool:
+        """A failed round is settled: after ``retry_interval``, delivery resumes from the first
+        unacknowledged message. False, with the subscription marked inactive, once
+        ``retry_count`` retries have not moved the position."""
+        settings = self._manager._settings
+        pending.extendleft(reversed(window.rewind()))
+        self._note_position(window)
+        if window.position != self._failing_position:
+            self._failing_position, self._attempts = window.position, 0
+        self._attempts += 1
+        if self._attempts > settings.retry_count:
+            self._failures_metric.inc()
+            log.warning(
+                "push %s: %s-%d offset %d not acknowledged after %d attempts: inactive",
+                self._group,
+                *self._key(),
+                window.position,
+                self._attempts,
+            )
+            await self._manager.mark_inactive(self._subscription.subscription_id)
+            return False
+        self._retries_metric.inc()
+        await asyncio.sleep(settings.retry_interval_s)
+        return True
+
+    def _read_more(self, window: DeliveryWindow, pending: deque[PushMessage], offset: int) -> int:
+        """Read ahead from ``offset`` into ``pending``; the offset the next read starts at."""
+        offset = max(offset, self._partition.log.log_start_offset)  # retention moved on
+        if offset < self._partition.high_watermark:
+            messages, offset = self._read(offset)
+            pending.extend(messages)
+        if not pending and not window and window.failed_offset is None:
+            window.skip_to(offset)
+            self._note_position(window)
+        return offset
+
+    def _read(self, offset: int) -> tuple[list[PushMessage], int]:
+        """Up to ``topic.buffer`` messages from ``offset`` below the high watermark, and the
+        offset after the last record read (control records included)."""
         partition = self._partition
+        high_watermark = partition.high_watermark
         limit = self._manager._settings.buffer
         try:
-            data = partition.log.read(offset, READ_BYTES, max_offset=partition.high_watermark)
+            data = partition.log.read(offset, READ_BYTES, max_offset=high_watermark)
         except OffsetOutOfRangeError:
-            return []
-        records = []
+            return [], offset
+        messages: list[PushMessage] = []
         for header, raw in iter_batches(data):
-            if header.is_control:
-                continue
-            try:
-                decoded = decode_records(bytes(raw), verify_crc=False)
-            except CorruptRecordError as error:
-                log.error("push %s: unreadable batch at %d: %s", self._group, offset, error)
-                return []
-            for record in decoded:
-                if offset <= record.offset < partition.high_watermark:
-                    records.append(record)
-                    if len(records) >= limit:
-                        return records
-        return records
+            batch_end = min(header.base_offset + header.last_offset_delta + 1, high_watermark)
+            if not header.is_control:
+                try:
+                    decoded = decode_records(bytes(raw), verify_crc=False)
+                except CorruptRecordError as error:
+                    log.error("push %s: unreadable batch at %d: %s", self._group, offset, error)
+                    return messages, offset
+                for record in decoded:
+                    if offset <= record.offset < high_watermark:
+                        messages.append(self._message(record))
+                        offset = record.offset + 1
+                        if len(messages) >= limit:
+                            return messages, offset
+            offset = max(offset, batch_end)
+        return messages, offset
 
-    async def _deliver_with_retries(self, record: Any) -> bool:
-        settings = self._manager._settings
+    def _message(self, record: Any) -> PushMessage:
         message = message_json(record, self._partition.topic, self._partition.index)
         payload = {
             "id": message["id"],
@@ -370,61 +595,175 @@ class _Delivery:
         }
         if message.get("value_base64") is not None:
             payload["payload_base64"] = message["value_base64"]
-        attempts = 0
-        while self._wanted():
-            started = time.perf_counter()
-            if await self._send(payload):
-                self._latency_metric.observe(time.perf_counter() - started)
-                self._deliveries_metric.inc()
-                return True
-            attempts += 1
-            if attempts > settings.retry_count:
-                self._failures_metric.inc()
-                log.warning(
-                    "push %s: %s-%d offset %d not acknowledged after %d attempts: inactive",
+        return PushMessage(record.offset, message["id"], json.dumps(payload))
+
+    def _take_answers(self, window: DeliveryWindow) -> None:
+        answers = self._answers
+        if not answers:
+            return
+        acked = 0
+        while answers:
+            message_id, ok, arrived = answers.popleft()
+            entry = window.answer(message_id, ok=ok)
+            if entry is None:
+                continue  # an answer to nothing in flight (a repeat): ignored
+            if ok:
+                acked += 1
+                self._latency_metric.observe(arrived - entry.sent_at)
+            else:
+                log.debug(
+                    "push %s: %s-%d offset %d failed",
                     self._group,
                     *self._key(),
-                    record.offset,
-                    attempts,
+                    entry.message.offset,
                 )
-                await self._manager.mark_inactive(self._subscription.subscription_id)
-                return False
-            self._retries_metric.inc()
-            await asyncio.sleep(settings.retry_interval_s)
-        return False
+        if acked:
+            self._deliveries_metric.inc(acked)
+        if window.advance():
+            self._note_position(window)
 
-    async def _send(self, payload: dict[str, Any]) -> bool:
-        timeout_s = self._manager._settings.timeout_s
+    def _note_position(self, window: DeliveryWindow) -> None:
+        if window.position != self._acked:
+            self._acked = window.position
+            self._commit_wanted.set()
+
+    def _answer_overdue(self, window: DeliveryWindow) -> bool:
+        """A WebSocket answer is past its deadline. (A webhook request bounds itself and
+        always answers, so its entries are never failed from here.)"""
+        if self._kind != "websocket":
+            return False
+        oldest = window.oldest_unanswered()
+        return oldest is not None and asyncio.get_running_loop().time() >= oldest.deadline
+
+    async def _wait(self, window: DeliveryWindow, *, read_offset: int | None) -> None:
+        """Until an answer, a broken connection, the next answer deadline, data at or past
+        ``read_offset`` (None: not waiting for data) or ``IDLE_WAIT_S``."""
+        if self._answers or self._broken:
+            return
+        partition = self._partition
+        if read_offset is not None and partition.high_watermark > read_offset:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + IDLE_WAIT_S
+        if self._kind == "websocket" and (oldest := window.oldest_unanswered()) is not None:
+            until = min(until, oldest.deadline)
+        self._wake.clear()
+        data: asyncio.Future[None] | None = None
+        if read_offset is not None:
+            # As ReplicaManager.wait_for_data, without a task: the partition completes its
+            # waiters when its high watermark moves or its role changes.
+            data = loop.create_future()
+            data.add_done_callback(lambda _: self._wake.set())
+            partition.waiters.add(data)
         try:
-            if self._kind == "websocket":
-                return await asyncio.wait_for(self._send_websocket(payload), timeout_s)
-            url = self._subscription.address.rstrip("/") + "/poll"
-            async with self._manager.session().post(
-                url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as response:
-                await response.read()
-                return 200 <= response.status < 300
+            async with asyncio.timeout_at(until):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+        finally:
+            if data is not None:
+                partition.waiters.discard(data)
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def _send_window(
+        self, window: DeliveryWindow, pending: deque[PushMessage], max_in_flight: int
+    ) -> None:
+        """Send pending messages in order while the window has room."""
+        if not pending or not window.can_send(pending[0].message_id, max_in_flight):
+            return
+        timeout_s = self._manager._settings.timeout_s
+        loop = asyncio.get_running_loop()
+        if self._kind == "webhook":
+            while pending and window.can_send(pending[0].message_id, max_in_flight):
+                message = pending.popleft()
+                window.send(message, sent_at=time.perf_counter(), deadline=loop.time() + timeout_s)
+                post = asyncio.create_task(self._post(message))
+                self._posts.add(post)
+                post.add_done_callback(self._posts.discard)
+            return
+        try:
+            # Bounds the connect and the socket's backpressure; answers have their deadlines.
+            async with asyncio.timeout(timeout_s):
+                while pending and window.can_send(pending[0].message_id, max_in_flight):
+                    message = pending.popleft()
+                    window.send(
+                        message, sent_at=time.perf_counter(), deadline=loop.time() + timeout_s
+                    )
+                    if self._websocket is None:
+                        self._websocket = await self._manager.session().ws_connect(
+                            self._subscription.address
+                        )
+                        self._reader = asyncio.create_task(self._read_answers(self._websocket))
+                    await self._websocket.send_str(message.text)
+        except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError) as error:
+            # RuntimeError: aiohttp's "cannot write to closing transport". The message being
+            # sent is in the window already, so it fails with the connection.
+            log.debug("push %s to %s failed: %r", self._group, self._subscription.address, error)
+            self._broken = True
+
+    async def _read_answers(self, websocket: aiohttp.ClientWebSocketResponse) -> None:
+        """Queue the subscriber's answers until the connection ends; anything but a JSON text
+        frame ends it (the unanswered messages then fail)."""
+        answers = self._answers
+        try:
+            async for frame in websocket:
+                if frame.type != aiohttp.WSMsgType.TEXT:
+                    raise ConnectionError(f"WebSocket frame {frame.type!r}")
+                answer = json.loads(frame.data)
+                if not isinstance(answer, dict):
+                    continue
+                if isinstance(acked := answer.get("ack"), str):
+                    answers.append((acked, True, time.perf_counter()))
+                elif isinstance(nacked := answer.get("nack"), str):
+                    answers.append((nacked, False, time.perf_counter()))
+                else:
+                    continue
+                if len(answers) > MAX_QUEUED_ANSWERS:
+                    raise ConnectionError(f"more than {MAX_QUEUED_ANSWERS} answers queued")
+                self._wake.set()
+        except (aiohttp.ClientError, OSError, ValueError, RuntimeError) as error:
+            log.debug("push %s: WebSocket answers ended: %r", self._group, error)
+        finally:
+            if websocket is self._websocket:
+                self._broken = True
+                self._wake.set()
+
+    async def _post(self, message: PushMessage) -> None:
+        """One webhook request; its answer is queued unless the request is cancelled."""
+        timeout_s = self._manager._settings.timeout_s
+        ok = False
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self._manager.session().post(
+                    self._url,
+                    data=message.text.encode(),
+                    headers=JSON_HEADERS,
+                    timeout=aiohttp.ClientTimeout(total=timeout_s),
+                ) as response:
+                    await response.read()
+                    ok = 200 <= response.status < 300
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as error:
             log.debug("push %s to %s failed: %r", self._group, self._subscription.address, error)
-            if self._websocket is not None:
-                websocket, self._websocket = self._websocket, None
-                with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
-                    await asyncio.wait_for(websocket.close(), STOP_TIMEOUT_S)
-            return False
+        self._answers.append((message.message_id, ok, time.perf_counter()))
+        self._wake.set()
 
-    async def _send_websocket(self, payload: dict[str, Any]) -> bool:
-        if self._websocket is None or self._websocket.closed:
-            self._websocket = await self._manager.session().ws_connect(self._subscription.address)
-        await self._websocket.send_json(payload)
-        while True:
-            message = await self._websocket.receive()
-            if message.type != aiohttp.WSMsgType.TEXT:
-                raise ConnectionError(f"WebSocket closed: {message.type}")
-            answer = message.json()
-            if isinstance(answer, dict) and answer.get("ack") == payload["id"]:
-                return True
-            if isinstance(answer, dict) and answer.get("nack") == payload["id"]:
-                return False
+    async def _abort_in_flight(self) -> None:
+        """Drop the connection and the requests in flight (their messages count as failed);
+        afterwards no answer from them can arrive."""
+        posts = list(self._posts)
+        for post in posts:
+            post.cancel()
+        await asyncio.gather(*posts, return_exceptions=True)
+        websocket, self._websocket = self._websocket, None
+        if websocket is not None:
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
+                await asyncio.wait_for(websocket.close(), STOP_TIMEOUT_S)
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+            self._reader = None
+        self._broken = False
 
     # -- commits ------------------------------------------------------------------------------
 

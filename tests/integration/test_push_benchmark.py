@@ -28,6 +28,8 @@ def test_push_http_benchmark_prints_json() -> None:
             "50",
             "--batch",
             "20",
+            "--window",
+            "10",
         ],
         capture_output=True,
         text=True,
@@ -39,4 +41,6 @@ def test_push_http_benchmark_prints_json() -> None:
     assert figures["publish"]["single_messages_per_s"] > 0
     for kind in ("webhook", "websocket"):
         assert figures["push"][kind]["messages"] == 200
+        assert figures["push"][kind]["window"] == 10
         assert figures["push"][kind]["latency_ms"]["messages"] == 20
+    assert figures["push"]["websocket"]["out_of_order"] == 0

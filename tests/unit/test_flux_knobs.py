@@ -7,11 +7,13 @@ import pytest
 from flux.cluster.config import ConfigError, parse_config
 from flux.cluster.http.memory_topics import cutoff
 from flux.controller import handlers
-from flux.controller.image import MetadataImage
+from flux.controller.errors import InvalidRecordError
+from flux.controller.image import MetadataImage, SubscriptionImage
 from flux.controller.records import (
     DeleteSubscription,
     RegisterSubscription,
     SubscriptionStateChange,
+    SubscriptionWindowChange,
     record_from_dict,
     record_to_dict,
 )
@@ -161,7 +163,85 @@ def test_subscription_address_must_be_a_url(address: str) -> None:
 def test_subscription_records_round_trip() -> None:
     for record in (
         RegisterSubscription("s", "ws://h:1/x", ("a",), False, 3),
+        RegisterSubscription("s", "ws://h:1/x", ("a",), False, 3, max_in_flight=1000),
         SubscriptionStateChange("s", True, 4),
+        SubscriptionWindowChange("s", max_in_flight=7),
         DeleteSubscription("s"),
     ):
         assert record_from_dict(record_to_dict(record)) == record
+
+
+def test_subscription_records_and_snapshots_from_before_windows_mean_one_at_a_time() -> None:
+    """Records and snapshots written before ``max_in_flight`` existed lack it: window 1."""
+    old_record = {
+        "type": "RegisterSubscription",
+        "v": 1,
+        "subscription_id": "s-old",
+        "address": "http://h:1",
+        "topics": ["a"],
+        "read_old": True,
+        "created_ms": 5,
+    }
+    record = record_from_dict(old_record)
+    assert isinstance(record, RegisterSubscription) and record.max_in_flight == 1
+    image = MetadataImage.EMPTY.replay_all([record], 1)
+    assert image.subscriptions["s-old"].max_in_flight == 1
+    old_snapshot = image.to_dict()
+    for item in old_snapshot["subscriptions"]:
+        del item["max_in_flight"]
+    restored = MetadataImage.from_dict(old_snapshot)
+    assert restored.subscriptions["s-old"] == SubscriptionImage(
+        "s-old", "http://h:1", ("a",), read_old=True, active=True, changed_ms=5, max_in_flight=1
+    )
+
+
+@pytest.mark.parametrize("value", [0, -1, 1001, True, "10", 2.5, None])
+def test_a_subscription_window_outside_1_to_1000_is_an_invalid_record(value: object) -> None:
+    for data in (
+        record_to_dict(RegisterSubscription("s", "http://h:1", ("a",), False, 3)),
+        record_to_dict(SubscriptionWindowChange("s", 5)),
+    ):
+        with pytest.raises(InvalidRecordError, match="max_in_flight"):
+            record_from_dict({**data, "max_in_flight": value})
+
+
+def test_resubscribing_with_another_window_changes_it() -> None:
+    def register(image: MetadataImage, max_in_flight: int) -> handlers.ControllerResult:
+        return handlers.register_subscription(
+            image,
+            subscription_id="s-1",
+            address="ws://h:1/ws",
+            topics=["a"],
+            read_old=False,
+            now_ms=20,
+            max_in_flight=max_in_flight,
+        )
+
+    created = register(MetadataImage.EMPTY, 10)
+    image = _apply(MetadataImage.EMPTY, created)
+    assert image.subscriptions["s-1"].max_in_flight == 10
+    assert register(image, 10).records == []
+    changed = register(image, 3)
+    assert changed.records == [SubscriptionWindowChange("s-1", max_in_flight=3)]
+    assert changed.response["reactivated"] is False
+    image = _apply(image, changed)
+    assert (image.subscriptions["s-1"].max_in_flight, image.subscriptions["s-1"].changed_ms) == (
+        3,
+        20,
+    )
+    image = _apply(
+        image,
+        handlers.set_subscription_state(image, subscription_id="s-1", active=False, now_ms=30),
+    )
+    both = register(image, 1)
+    assert [type(r) for r in both.records] == [SubscriptionStateChange, SubscriptionWindowChange]
+    image = _apply(image, both)
+    assert (image.subscriptions["s-1"].active, image.subscriptions["s-1"].max_in_flight) == (
+        True,
+        1,
+    )
+    assert MetadataImage.from_dict(image.to_dict()) == image
+    for bad in (0, 1001):
+        result = register(image, bad)
+        assert result.records == []
+        assert result.response["error_code"] == ErrorCode.INVALID_REQUEST
