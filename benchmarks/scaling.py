@@ -19,7 +19,15 @@ descriptors are read from ``/proc/<pid>/{stat,status,fd}`` of the node processes
   ``--latency-seconds`` (``linger.ms=1``, partition round robin) and the achieved rate;
   ``metadata_propagation_s``: a 1-partition topic is created next to the big one, timed from
   the CreateTopics call returning until the Metadata response of every broker (asked at its
-  own Kafka address) shows it with a leader.
+  own Kafka address) shows it with a leader; ``leader_change_s`` / ``failover_s``: one broker
+  that is not the active controller is SIGKILLed and each live broker's own Metadata is
+  polled (one thread per broker) for the partitions it led: ``leader_change_s`` from the first
+  broker showing any of them led elsewhere until every live broker shows all of them led
+  elsewhere (one controller decision reaching every broker), ``failover_s`` from the SIGKILL
+  until then (includes ``broker.session.timeout.ms``), ``metadata_poll_ms`` the median time
+  of one Metadata call (their resolution), ``leaders_moved``; the broker is restarted and the
+  point ends when every ISR is full again. ``--steps`` picks which of these measurements
+  run (``idle,throughput,latency,propagation,leader-change``, default all).
 - ``connections`` (10, 100, 1000 producers): that many confluent-kafka producers (one
   librdkafka client each, so one connection per broker each), each sending 10 records/s of
   100 bytes round robin over a 3-partition topic for ``--latency-seconds``, driven from up to
@@ -48,7 +56,7 @@ keeps about three files open per partition replica); ``machine.open_files_limit`
 
     python benchmarks/scaling.py [--axis partitions|connections|groups|record-bytes|all]
         [--points 3,300] [--quick] [--out DIR] [--records N] [--idle-seconds 10]
-        [--latency-seconds 10] [--rate 5000] [--bytes-per-point 200000000]
+        [--latency-seconds 10] [--rate 5000] [--bytes-per-point 200000000] [--steps ...]
     python benchmarks/scaling.py --quick --out /tmp/scaling    # every axis, tiny points
 
 ``--points`` overrides the points of the one chosen ``--axis``. ``--quick`` (about a minute):
@@ -70,6 +78,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -139,6 +148,7 @@ FIGURES = {
     ),
 }
 RECORD_BYTES = 100
+PARTITION_STEPS = ("idle", "throughput", "latency", "propagation", "leader-change")
 SMALL_TOPIC_PARTITIONS = 3
 PRODUCER_RATE = 10  # records/s of each producer of the connections axis
 CONNECTIONS_PER_PRODUCER = 4  # broker.max_connections of the connections axis, per producer
@@ -331,6 +341,88 @@ def metadata_propagation(nodes: list[NodeProcess], bootstrap: str) -> float:
         return time.perf_counter() - started
     finally:
         delete_topics(bootstrap, [topic])
+
+
+def _active_controller(nodes: list[NodeProcess]) -> int | None:
+    for node in nodes:
+        try:
+            with urllib.request.urlopen(
+                f"http://{node.ready['controller_http']}/controller/status", timeout=5
+            ) as answer:
+                status = json.load(answer)
+        except (OSError, ValueError):
+            continue
+        if status.get("leader_id") is not None:
+            return int(status["leader_id"])
+    return None
+
+
+def _leaders(admin: Any, topic: str) -> dict[int, int]:
+    meta = admin.list_topics(topic, timeout=30).topics[topic]
+    return {index: p.leader for index, p in meta.partitions.items()}
+
+
+def leader_change(nodes: list[NodeProcess], topic: str, partitions: int) -> dict[str, float]:
+    """SIGKILL one broker that is not the active controller and watch, from one thread per
+    live broker, that broker's own Metadata for the partitions the killed one led.
+    ``leader_change_s``: from the first live broker showing any of them led elsewhere until
+    every live broker shows all of them led elsewhere (one controller decision reaching every
+    broker); ``failover_s``: from the SIGKILL until then (includes the controller's
+    ``broker.session.timeout.ms`` detection); ``metadata_poll_ms``: the median time of one
+    Metadata call, the resolution of both. The broker is then restarted and the point ends
+    once every partition has a full ISR again."""
+    controller = _active_controller(nodes)
+    victim = next(n for n in reversed(nodes) if n.node_id != controller)
+    live = [n for n in nodes if n is not victim]
+    watchers = [_admin(n.bootstrap_servers) for n in live]
+    before = _leaders(watchers[0], topic)
+    moved = {index for index, leader in before.items() if leader == victim.node_id}
+    if not moved:
+        raise RuntimeError(f"broker {victim.node_id} leads no partition of {topic}")
+    first_seen: list[float | None] = [None] * len(live)
+    all_seen: list[float | None] = [None] * len(live)
+    polls: list[float] = []
+
+    def watch(slot: int) -> None:
+        deadline = time.perf_counter() + 120
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            leaders = _leaders(watchers[slot], topic)
+            polls.append(time.perf_counter() - started)
+            elsewhere = [i for i in moved if leaders.get(i, -1) not in (-1, victim.node_id)]
+            if elsewhere and first_seen[slot] is None:
+                first_seen[slot] = started
+            if len(elsewhere) == len(moved):
+                all_seen[slot] = started
+                return
+
+    killed = time.perf_counter()
+    victim.kill()
+    threads = [threading.Thread(target=watch, args=(i,)) for i in range(len(live))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        if any(t is None for t in all_seen):
+            raise TimeoutError("not every live broker showed the new leaders within 120 s")
+        done = max(t for t in all_seen if t is not None)
+        first = min(t for t in first_seen if t is not None)
+        return {
+            "leader_change_s": round(done - first, 3),
+            "failover_s": round(done - killed, 3),
+            "metadata_poll_ms": round(sorted(polls)[len(polls) // 2] * 1000, 2),
+            "leaders_moved": len(moved),
+        }
+    finally:
+        victim.start()
+        victim.wait_ready(timeout_s=300)
+        admin = _admin(live[0].bootstrap_servers)
+        _wait(
+            lambda: _topic_ready(admin, topic, partitions),
+            300 + partitions * 0.05,
+            f"{topic}: broker {victim.node_id} never rejoined every ISR",
+        )
 
 
 # --- producing -------------------------------------------------------------------------------
@@ -612,24 +704,22 @@ def partitions_point(
         point["create_s"] = round(create_topic(bootstrap, topic, count), 3)
         if args.settle_seconds:
             time.sleep(args.settle_seconds)  # let the new topic's first fetches and checkpoints end
-        _step(point, "idle", lambda: idle_figures(nodes, args.idle_seconds))
-        _step(
-            point,
-            "throughput",
-            lambda: produce_throughput(bootstrap, topic, count, args.records, RECORD_BYTES),
-        )
-        _step(
-            point,
-            "latency",
-            lambda: fixed_rate_latency(
+        steps = {
+            "idle": lambda: idle_figures(nodes, args.idle_seconds),
+            "throughput": lambda: produce_throughput(
+                bootstrap, topic, count, args.records, RECORD_BYTES
+            ),
+            "latency": lambda: fixed_rate_latency(
                 bootstrap, topic, count, args.rate, args.latency_seconds, RECORD_BYTES
             ),
-        )
-        _step(
-            point,
-            "metadata propagation",
-            lambda: {"metadata_propagation_s": round(metadata_propagation(nodes, bootstrap), 4)},
-        )
+            "propagation": lambda: {
+                "metadata_propagation_s": round(metadata_propagation(nodes, bootstrap), 4)
+            },
+            "leader-change": lambda: leader_change(nodes, topic, count),
+        }
+        for name, measure in steps.items():
+            if name in args.steps:
+                _step(point, name, measure)
     finally:
         delete_topics(bootstrap, [topic])
 
@@ -859,7 +949,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-seconds", type=float)
     parser.add_argument("--rate", type=int, default=5000, help="records/s of latency runs")
     parser.add_argument("--bytes-per-point", type=int)
+    parser.add_argument(
+        "--steps",
+        type=lambda text: set(text.split(",")),
+        default=set(PARTITION_STEPS),
+        help="partitions axis: which of " + ",".join(PARTITION_STEPS) + " to run (default all)",
+    )
     args = parser.parse_args(argv)
+    if not args.steps <= set(PARTITION_STEPS):
+        parser.error(f"--steps: unknown {sorted(args.steps - set(PARTITION_STEPS))}")
     if args.points and args.axis == "all":
         parser.error("--points needs a single --axis")
     for key, value in (QUICK if args.quick else DEFAULTS).items():

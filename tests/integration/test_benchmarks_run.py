@@ -67,9 +67,14 @@ def test_scaling_benchmark_prints_json() -> None:
         "latency_p50_ms",
         "latency_p99_ms",
         "metadata_propagation_s",
+        "failover_s",
+        "metadata_poll_ms",
     ):
         assert point[name] > 0, name
     assert point["latency_p99_ms"] >= point["latency_p50_ms"]
+    # One of three brokers was killed: it led a third of the partitions, now led elsewhere.
+    assert point["leaders_moved"] == 1
+    assert 0 <= point["leader_change_s"] <= point["failover_s"]
     for name in ("rss_mb", "open_fds", "idle_cpu_pct"):
         assert len(point[name]) == 3 and min(point[name]) >= 0, name
     assert min(point["rss_mb"]) > 0 and min(point["open_fds"]) > 0
