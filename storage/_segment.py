@@ -412,7 +412,11 @@ class _DiskSegment(_Segment):
         self._index_unsynced = False
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int) -> _DiskSegment:
+    def create(
+        cls, directory: Path, base_offset: int, index_interval_bytes: int, *, fresh: bool = False
+    ) -> _DiskSegment:
+        """A new, empty segment file (``fresh``: in a directory created empty just now, so
+        there are no stale index files to remove)."""
         path = directory / segment_file_name(base_offset, ".log")
         # O_TRUNC: by the log's invariants no valid data can live at the new active offset.
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -420,7 +424,7 @@ class _DiskSegment(_Segment):
         # Index files of an older segment at this offset are stale: remove them. The new
         # (empty) files are created by the first fsync, not here: creating a partition then
         # costs one file, not three.
-        for stale in (segment.index_path, segment.time_index_path):
+        for stale in () if fresh else (segment.index_path, segment.time_index_path):
             try:
                 stale.unlink()
             except FileNotFoundError:

@@ -721,13 +721,22 @@ class PartitionLog(_SegmentedLog):
         *,
         recovery_point: int = 0,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        new: bool = False,
     ) -> PartitionLog:
         """Open (creating if needed) and recover the log in ``directory``.
 
         Never fails for a corrupt or torn tail: invalid bytes are truncated
         (WARNING on logger ``flux.storage``) and segments after a hole removed.
+        ``new``: the caller has just created ``directory`` and nothing else wrote to it, so
+        there is nothing to scan, read back or recover (creating a 10,000-partition topic
+        opens 10,000 of these on every broker).
         """
         directory = Path(directory)
+        if new:
+            segment = _DiskSegment.create(directory, 0, config.index_interval_bytes, fresh=True)
+            log = cls(directory, config, clock_ms, [segment], 0, 0)
+            log._directory_dirty = True  # the first flush syncs the directory and the files
+            return log
         directory.mkdir(parents=True, exist_ok=True)
         clean_marker = directory / CLEAN_SHUTDOWN_FILE
         clean = clean_marker.exists()

@@ -43,6 +43,9 @@ from .session import FetchSession
 
 __all__ = ["Partition", "ReplicaManager"]  # Partition is re-exported for the handlers
 
+#: Distinct topic override sets whose effective config is remembered (then forgotten at once).
+MAX_REMEMBERED_TOPIC_CONFIGS = 1024
+
 log = logging.getLogger("flux.cluster.replicas")
 
 _RECOVERY_POINTS = "recovery-point"
@@ -89,6 +92,7 @@ class ReplicaManager:
         # transaction at its end (a topic of thousands of partitions: one fsync, not one per
         # partition). None outside ``apply_image``.
         self._epoch_writes: dict[str, list[tuple[int, int]]] | None = None
+        self._topic_configs: dict[tuple[tuple[str, str | None], ...], TopicConfig] = {}
         self._isr_due: set[Partition] = set()
         self._remove_deleted_directories()
 
@@ -98,11 +102,21 @@ class ReplicaManager:
         self._image_listeners.append(listener)
 
     def topic_config(self, overrides: dict[str, str | None]) -> TopicConfig:
-        return TopicConfig.from_defaults(
-            {**self._config["topic"], "message_ttl_ms": self._config.message.ttl_ms},
-            overrides,
-            message_max_bytes=self._config.broker.message_max_bytes,
-        )
+        """The effective config of a topic with these overrides (the node's defaults are fixed
+        for its life, so equal overrides give an equal config: remembered, because opening
+        10,000 partitions of one topic asks 10,000 times)."""
+        key = tuple(sorted(overrides.items(), key=lambda item: item[0]))
+        config = self._topic_configs.get(key)
+        if config is None:
+            config = TopicConfig.from_defaults(
+                {**self._config["topic"], "message_ttl_ms": self._config.message.ttl_ms},
+                overrides,
+                message_max_bytes=self._config.broker.message_max_bytes,
+            )
+            if len(self._topic_configs) >= MAX_REMEMBERED_TOPIC_CONFIGS:
+                self._topic_configs.clear()
+            self._topic_configs[key] = config
+        return config
 
     def apply_image(self, new_image: MetadataImage) -> None:
         """Act on ``(old image, delta, new image)`` for this broker's replicas."""
@@ -198,9 +212,12 @@ class ReplicaManager:
             partition_log: PartitionLog | MemoryLog = MemoryLog.open(config.log_config())
         else:
             directory = self._data_dir / key
-            self._claim_directory(directory, topic.topic_id)
+            created = self._claim_directory(directory, topic.topic_id)
             partition_log = PartitionLog.open(
-                directory, config.log_config(), recovery_point=self._recovery_points.get(key, 0)
+                directory,
+                config.log_config(),
+                recovery_point=self._recovery_points.get(key, 0),
+                new=created,
             )
         epochs = LeaderEpochCache(
             self._checkpoints.get_json(_LEADER_EPOCHS, key) or (),
@@ -291,24 +308,29 @@ class ReplicaManager:
         self._saved_producer_offsets[key] = producers.last_offset
         return producers
 
-    def _claim_directory(self, directory: Path, topic_id: str) -> None:
+    def _claim_directory(self, directory: Path, topic_id: str) -> bool:
         """Make ``directory`` belong to ``topic_id``: a leftover of an older topic of the same
-        name is removed first."""
+        name is removed first. True when the directory was created here (so it is empty)."""
         marker = directory / _PARTITION_METADATA
-        if directory.exists():
+        try:
+            os.mkdir(directory)
+        except FileNotFoundError:
+            directory.mkdir(parents=True)
+        except FileExistsError:
             try:
                 owner = marker.read_text().strip()
             except FileNotFoundError:
                 owner = ""
             if owner == topic_id:
-                return
+                return False
             log.warning(
                 "removing %s: it belongs to topic id %r, not %s", directory, owner, topic_id
             )
             self._delete_directory(directory)
             self._recovery_points.pop(directory.name, None)
-        directory.mkdir(parents=True)
+            directory.mkdir(parents=True)
         marker.write_text(topic_id + "\n")
+        return True
 
     def _remove_partition(self, name: str, topic_id: str, index: int) -> None:
         partition = self._partitions.get((name, index))

@@ -417,3 +417,23 @@ def test_flush_pending_follows_the_flush_ms_policy(tmp_path):
     assert log.flush_pending()
     log.close()
     assert not log.flush_pending()
+
+
+def test_a_log_opened_as_new_is_an_ordinary_log(tmp_path):
+    """``open(new=True)`` (a directory the caller just created) skips the scan and recovery
+    but gives the same log: appends, reads, index files at the first flush, and a reopen."""
+    directory = tmp_path / "p-0"
+    directory.mkdir()
+    log = PartitionLog.open(directory, CONFIG, new=True)
+    assert (log.log_start_offset, log.log_end_offset, log.recovery_point) == (0, 0, 0)
+    assert segment_files(directory) == ["00000000000000000000.log"]
+    for i in range(6):
+        log.append(build_batch(2, base_timestamp=1000 + 10 * i))
+    log.flush()
+    assert segment_files(directory, ".index")  # written by the first flush
+    assert bases(log.read(0, 1 << 20)) == [0, 2, 4, 6, 8, 10]
+    log.close()
+    reopened = PartitionLog.open(directory, CONFIG)
+    assert reopened.log_end_offset == 12
+    assert bases(reopened.read(0, 1 << 20)) == [0, 2, 4, 6, 8, 10]
+    reopened.close()
