@@ -121,6 +121,8 @@ FIGURES = {
         "latency_p99_ms",
         "latency_records_per_s",
         "metadata_propagation_s",
+        "leader_change_s",
+        "failover_s",
     ),
     "connections": (
         "records_acked",
@@ -866,7 +868,7 @@ def run_axis(axis: str, points: list[int], args: Any) -> list[dict[str, Any]]:
 
 
 def _series(points: list[dict], name: str) -> list[tuple[str | None, list[float]]]:
-    values = [point[name] for point in points]
+    values = [point.get(name) for point in points]  # None: not measured (--steps, an error)
     if any(isinstance(value, list) for value in values):
         return [
             (f"node {i + 1}", [v[i] if isinstance(v, list) else math.nan for v in values])
