@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 from flux.cluster.launcher import NodeProcess, free_port, local_cluster_configs
@@ -71,8 +71,67 @@ def metrics_text(node: NodeProcess) -> str:
         return reply.read().decode()
 
 
+class SubscriberServer:
+    """Serves ``POST /poll`` (``_poll``) and ``GET /ws`` (``_ws``) of a subclass from an event
+    loop in a thread of the test; ``start`` binds a free port, ``stop`` closes the WebSockets
+    still open (``_sockets``) and the loop."""
+
+    port: int
+    _loop: asyncio.AbstractEventLoop | None
+    _thread: threading.Thread | None
+    _sockets: set[web.WebSocketResponse]
+
+    async def _poll(self, request: web.Request) -> web.Response:
+        raise NotImplementedError
+
+    async def _ws(self, request: web.Request) -> web.WebSocketResponse:
+        raise NotImplementedError
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_address(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    async def _close_sockets(self) -> None:
+        for socket in list(self._sockets):
+            await socket.close()
+
+    def start(self) -> Self:
+        self.port = free_port()
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.add_routes([web.post("/poll", self._poll), web.get("/ws", self._ws)])
+            runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        assert ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            closing = asyncio.run_coroutine_threadsafe(self._close_sockets(), self._loop)
+            closing.result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+
 @dataclass
-class Subscriber:
+class Subscriber(SubscriberServer):
     """A webhook (``POST /poll``) and WebSocket (``GET /ws``) subscriber in a thread.
 
     ``fail`` decides per message whether to answer 500 (webhook) or a nack (WebSocket).
@@ -87,17 +146,8 @@ class Subscriber:
     port: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
-    _runner: web.AppRunner | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _sockets: set[web.WebSocketResponse] = field(default_factory=set)
-
-    @property
-    def address(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws_address(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/ws"
 
     def acked(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -140,41 +190,6 @@ class Subscriber:
         finally:
             self._sockets.discard(socket)
         return socket
-
-    async def _close_sockets(self) -> None:
-        for socket in list(self._sockets):
-            await socket.close()
-
-    def start(self) -> Subscriber:
-        self.port = free_port()
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.add_routes([web.post("/poll", self._poll), web.get("/ws", self._ws)])
-            self._runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-            loop.run_until_complete(site.start())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        assert ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            closing = asyncio.run_coroutine_threadsafe(self._close_sockets(), self._loop)
-            closing.result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
 
 
 def create_topic_http(

@@ -16,10 +16,15 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from flux.cluster.launcher import NodeProcess, free_port
+from flux.cluster.launcher import NodeProcess
 
 from tests.integration.helpers import wait_until
-from tests.integration.http_helpers import call, create_everywhere, running_cluster
+from tests.integration.http_helpers import (
+    SubscriberServer,
+    call,
+    create_everywhere,
+    running_cluster,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +47,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess
         yield processes
 
 
-class WindowSubscriber:
+class WindowSubscriber(SubscriberServer):
     """A WebSocket (``/ws``) and webhook (``/poll``) subscriber in a thread of the test that
     holds its answers back.
 
@@ -72,14 +77,6 @@ class WindowSubscriber:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._sockets: set[web.WebSocketResponse] = set()
-
-    @property
-    def ws_address(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/ws"
-
-    @property
-    def address(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def arrivals(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -134,40 +131,6 @@ class WindowSubscriber:
         finally:
             self._webhook_outstanding[partition] -= 1
         return web.json_response({"ok": True}, status=200 if verdict == "ack" else 500)
-
-    def start(self) -> WindowSubscriber:
-        self.port = free_port()
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.add_routes([web.get("/ws", self._ws), web.post("/poll", self._poll)])
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        assert ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None:
-
-            async def close_sockets() -> None:
-                for socket in list(self._sockets):
-                    await socket.close()
-
-            asyncio.run_coroutine_threadsafe(close_sockets(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
 
 
 def _publish_batch(node: NodeProcess, topic: str, values: list[str]) -> None:
