@@ -355,6 +355,9 @@ class _Segment:
         )
         if position == 0:
             self.roll_base_ms = None
+        # Sealed again: the kept batches' largest timestamp is the last time entry, as below
+        # the recovery point an index file is trusted without a scan.
+        self._add_time_entry()
         self.dirty = True
         self._truncate_index_files()
 

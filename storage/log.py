@@ -524,6 +524,9 @@ class _SegmentedLog:
     def flush(self) -> None:
         """fsync everything written so far; recovery_point becomes log_end_offset."""
         self._check_open()
+        # Everything below the recovery point loads its index files without a scan: their
+        # last time entry must be the segment's largest timestamp (sealed) when fsynced.
+        self._segments[-1].seal_time_index()
         for segment in self._segments:
             if segment.dirty:
                 segment.fsync()

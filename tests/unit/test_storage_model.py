@@ -181,3 +181,21 @@ def run(kind: str, segment_bytes: int, index_interval_bytes: int, ops) -> None:
 )
 def test_log_agrees_with_model(kind, segment_bytes, index_interval_bytes, setup, ops):
     run(kind, segment_bytes, index_interval_bytes, setup + ops)
+
+
+def test_time_index_survives_truncation_roll_and_crash() -> None:
+    """Found by the model test: a segment truncated, then rolled and crashed (below the
+    recovery point, so loaded without a scan) lost its largest timestamp, and a time lookup
+    skipped it."""
+    run(
+        "disk",
+        100,
+        1,
+        [
+            ("append", [(1, 0), (1, 1)], 0),
+            ("reopen", False),
+            ("truncate", 0.5),
+            ("append", [(1, 0)], 0),
+            ("reopen", False),
+        ],
+    )
