@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["DEFAULT_BOOTSTRAP", "LOCAL_CLUSTER_STATE", "default_bootstrap"]
+__all__ = ["DEFAULT_BOOTSTRAP", "LOCAL_CLUSTER_STATE", "default_bootstrap", "default_broker_http"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 #: The state file ``fluxctl cluster up`` writes, relative to the working directory.
@@ -40,6 +40,23 @@ def default_bootstrap(state_path: Path | str | None = None) -> str:
         if isinstance(address, str) and address:
             addresses.append(address)
     return ",".join(addresses) or DEFAULT_BOOTSTRAP
+
+
+def default_broker_http(state_path: Path | str | None = None) -> str | None:
+    """The HTTP address of a running broker of the local cluster ``fluxctl cluster up``
+    started (its ``broker_http``), else None."""
+    path = Path(state_path) if state_path is not None else LOCAL_CLUSTER_STATE
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for node in (state.get("nodes") or []) if isinstance(state, dict) else []:
+        if not isinstance(node, dict) or ("pid" in node and not _alive(node["pid"])):
+            continue
+        address = node.get("broker_http")
+        if isinstance(address, str) and address:
+            return address
+    return None
 
 
 def _alive(pid: object) -> bool:

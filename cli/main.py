@@ -444,6 +444,7 @@ def _entry(process: NodeProcess) -> dict[str, Any]:
         "pid": process.pid,
         "kafka": ready.get("bootstrap_servers"),
         "http": ready.get("controller_http"),
+        "broker_http": ready.get("broker_http"),
         "roles": ready.get("roles", []),
         "config": str(process.config_path),
         "data_dir": str(process.data_dir),

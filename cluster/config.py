@@ -74,6 +74,23 @@ def _str(choices: tuple[str, ...] | None = None) -> Callable[[Any], str]:
     return check
 
 
+def _ratio(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"expected a number between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def _cleanup_policy(value: Any) -> str:
+    if not isinstance(value, str) or value.replace(" ", "") not in (
+        "delete",
+        "compact",
+        "compact,delete",
+        "delete,compact",
+    ):
+        raise ValueError(f"expected delete, compact or compact,delete, got {value!r}")
+    return value.replace(" ", "")
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")
@@ -294,6 +311,19 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "memory_bytes_max": _Key(
             256 << 20, _int(1024), "default memory.bytes.max: bytes a memory topic partition holds"
         ),
+        "cleanup_policy": _Key("delete", _cleanup_policy, "default cleanup.policy"),
+        "delete_retention_ms": _Key(
+            _MS_DAY, _int(0), "default delete.retention.ms: how long tombstones stay readable"
+        ),
+        "min_cleanable_dirty_ratio": _Key(
+            0.5, _ratio, "default min.cleanable.dirty.ratio: dirty share that triggers a clean"
+        ),
+        "min_compaction_lag_ms": _Key(
+            0, _int(0), "default min.compaction.lag.ms: records younger are never compacted"
+        ),
+        "max_compaction_lag_ms": _Key(
+            2**63 - 1, _int(1), "default max.compaction.lag.ms: records older are compacted"
+        ),
         "buffer": _Key(
             100,
             _int(1, 100000),
@@ -322,6 +352,22 @@ SCHEMA: dict[str, dict[str, _Key]] = {
     },
     "dedup": {
         "window_ms": _Key(600000, _int(0), "message-id deduplication window"),
+    },
+    "cleaner": {
+        "enable": _Key(
+            True, _bool, "log.cleaner.enable: compact topics with cleanup.policy=compact"
+        ),
+        "dedupe_buffer_bytes": _Key(
+            64 << 20,
+            _int(1 << 20),
+            "log.cleaner.dedupe.buffer.size: memory for the key map of one clean",
+        ),
+        "io_max_bytes_per_second": _Key(
+            -1, _int(-1), "log.cleaner.io.max.bytes.per.second: read+write throttle (-1 = none)"
+        ),
+        "backoff_ms": _Key(
+            15000, _int(10), "log.cleaner.backoff.ms: pause when no log needs cleaning"
+        ),
     },
 }
 

@@ -28,6 +28,7 @@ from typing import Any
 from flux.controller.service import ControllerService, ControllerSettings, VoterAddress
 from flux.protocol.api import ApiKey
 
+from .compaction.service import LogCleanerService
 from .config import NodeConfig
 from .groups.coordinator import GroupCoordinator
 from .groups.offsets_client import OffsetsClient
@@ -72,6 +73,7 @@ class Node:
         self.peers: BrokerPeers | None = None
         self.push: PushManager | None = None
         self.memory_cleaner: MemoryTopicCleaner | None = None
+        self.log_cleaner: LogCleanerService | None = None
         self._controller_client: ControllerClient | None = None
         self._ready: dict[str, Any] = {}
 
@@ -237,6 +239,15 @@ class Node:
             interval_ms=config.message.cleanup_interval_ms,
         )
         self.memory_cleaner.start()
+        if config.cleaner.enable:
+            self.log_cleaner = LogCleanerService(
+                replicas,
+                dedupe_buffer_bytes=config.cleaner.dedupe_buffer_bytes,
+                io_max_bytes_per_second=config.cleaner.io_max_bytes_per_second,
+                backoff_ms=config.cleaner.backoff_ms,
+                metrics=self.metrics,
+            )
+            self.log_cleaner.start()
         # As long as it takes: the quorum may be down until other nodes return.
         await self.lifecycle.ready.wait()
 
@@ -279,6 +290,8 @@ class Node:
             await self.push.stop()
         if self.memory_cleaner is not None:
             await self.memory_cleaner.stop()
+        if self.log_cleaner is not None:
+            await self.log_cleaner.stop()
         if self.isr is not None:
             await self.isr.stop()
         if self.fetchers is not None:

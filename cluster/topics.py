@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from flux.controller.topic_rules import (
@@ -41,6 +42,21 @@ _DEFAULT_KEYS = {
     "unclean.leader.election.enable": "unclean_leader_election_enable",
     "memory.bytes.max": "memory_bytes_max",
     "message.ttl.ms": "message_ttl_ms",
+    "cleanup.policy": "cleanup_policy",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+}
+
+#: Kafka's topic defaults for the compaction keys, for callers whose ``[topic]`` section
+#: predates them.
+_COMPACTION_DEFAULTS = {
+    "cleanup_policy": "delete",
+    "delete_retention_ms": 86_400_000,
+    "min_cleanable_dirty_ratio": 0.5,
+    "min_compaction_lag_ms": 0,
+    "max_compaction_lag_ms": 2**63 - 1,
 }
 
 
@@ -62,10 +78,9 @@ class TopicConfig:
     ) -> TopicConfig:
         # ``message_ttl_ms`` comes from the node's [message] section; callers that pass only
         # [topic] get "no TTL".
-        defaults = {"message_ttl_ms": -1, **topic_defaults}
+        defaults = {"message_ttl_ms": -1, **_COMPACTION_DEFAULTS, **topic_defaults}
         values = {key: _config_text(defaults[name]) for key, name in _DEFAULT_KEYS.items()}
         values["max.message.bytes"] = str(message_max_bytes)
-        values["cleanup.policy"] = "delete"
         explicit = set()
         for key, value in overrides.items():
             if value is None:
@@ -83,6 +98,8 @@ class TopicConfig:
     def log_config(self) -> LogConfig:
         flush_messages = self.get("flush.messages")
         flush_ms = self.get("flush.ms")
+        policy = self.get("cleanup.policy")
+        max_lag = self.get("max.compaction.lag.ms")
         return LogConfig(
             segment_bytes=self.get("segment.bytes"),
             segment_ms=self.get("segment.ms"),
@@ -91,7 +108,17 @@ class TopicConfig:
             flush_messages=flush_messages if flush_messages > 0 else None,
             flush_ms=flush_ms if flush_ms >= 0 else None,
             log_append_time=self.get("message.timestamp.type") == "LogAppendTime",
+            cleanup_delete="delete" in policy,
+            cleanup_compact="compact" in policy,
+            delete_retention_ms=self.get("delete.retention.ms"),
+            min_cleanable_dirty_ratio=self.get("min.cleanable.dirty.ratio"),
+            min_compaction_lag_ms=min(self.get("min.compaction.lag.ms"), max_lag),
+            max_compaction_lag_ms=max_lag,
         )
+
+    @cached_property
+    def compacted(self) -> bool:
+        return "compact" in self.get("cleanup.policy")
 
 
 def _config_text(value: Any) -> str:

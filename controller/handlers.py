@@ -58,6 +58,7 @@ from flux.controller.topic_rules import (
     InvalidConfigError,
     InvalidTopicError,
     validate_topic_config,
+    validate_topic_configs,
     validate_topic_name,
 )
 from flux.protocol.errors import ErrorCode
@@ -321,7 +322,15 @@ def _validate_configs(configs: Mapping[str, str]) -> tuple[tuple[str, str], ...]
             validate_topic_config(key, value)
         except InvalidConfigError as error:
             raise _Rejected(ErrorCode.INVALID_CONFIG, str(error)) from None
+    _validate_together(dict(configs))
     return tuple(sorted(configs.items()))
+
+
+def _validate_together(values: dict[str, str]) -> None:
+    try:
+        validate_topic_configs(values)
+    except InvalidConfigError as error:
+        raise _Rejected(ErrorCode.INVALID_CONFIG, str(error)) from None
 
 
 def _validate_partition_count(count: Any, what: str) -> int:
@@ -940,6 +949,8 @@ def alter_configs(
                 )
             _validate_topic_changes(changes)
             current = topic.config_dict()
+            merged = {**current, **changes}
+            _validate_together({k: v for k, v in merged.items() if v is not None})
         elif resource_type == "broker":
             _validate_broker_changes(resource_name, changes)
             current = dict(image.broker_configs.get(resource_name, ()))

@@ -12,10 +12,12 @@ from typing import Any
 
 __all__ = [
     "MAX_TOPIC_NAME_LENGTH",
+    "CLEANUP_POLICIES",
     "TOPIC_CONFIG_KEYS",
     "InvalidConfigError",
     "InvalidTopicError",
     "validate_topic_config",
+    "validate_topic_configs",
     "validate_topic_name",
 ]
 
@@ -70,6 +72,33 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"expected a number between 0 and 1, got {value}")
+    return value
+
+
+CLEANUP_POLICIES = ("compact", "delete")
+
+
+def _cleanup_policy(text: str) -> frozenset[str]:
+    """Kafka's list type: ``delete``, ``compact`` or both, comma separated, in any order."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected delete, compact or compact,delete, got {text!r}")
+    parts = [part.strip() for part in text.split(",")]
+    if (
+        not parts
+        or any(part not in CLEANUP_POLICIES for part in parts)
+        or len(set(parts)) != len(parts)
+    ):
+        raise ValueError(f"expected delete, compact or compact,delete, got {text!r}")
+    return frozenset(parts)
+
+
 # Kafka-named topic configs Flux implements, with their parser. ``-1`` means "unlimited"/"never".
 TOPIC_CONFIG_KEYS: dict[str, Callable[[str], Any]] = {
     "retention.ms": _long(-1),
@@ -81,7 +110,13 @@ TOPIC_CONFIG_KEYS: dict[str, Callable[[str], Any]] = {
     "min.insync.replicas": _long(1),
     "max.message.bytes": _long(0),
     "message.timestamp.type": _choice("CreateTime", "LogAppendTime"),
-    "cleanup.policy": _choice("delete"),
+    # Compaction (see docs/storage.md): which cleanups run, how long tombstones stay readable,
+    # when a log is worth cleaning, and how long a record stays uncompacted (at least / at most).
+    "cleanup.policy": _cleanup_policy,
+    "delete.retention.ms": _long(0),
+    "min.cleanable.dirty.ratio": _ratio,
+    "min.compaction.lag.ms": _long(0),
+    "max.compaction.lag.ms": _long(1),
     "storage": _choice("disk", "memory"),
     "unclean.leader.election.enable": _choice("true", "false"),
     # Memory topics (storage=memory): per-message TTL (-1 = none) and the bytes one partition
@@ -101,3 +136,14 @@ def validate_topic_config(key: str, value: str) -> Any:
         return TOPIC_CONFIG_KEYS[key](value)
     except ValueError as error:
         raise InvalidConfigError(f"topic config {key}: {error}") from None
+
+
+def validate_topic_configs(values: dict[str, str]) -> None:
+    """Rules between keys of one topic's effective config (Kafka's): a record may not have to
+    wait longer to be compactable than it may stay uncompacted."""
+    low = values.get("min.compaction.lag.ms")
+    high = values.get("max.compaction.lag.ms")
+    if low is not None and high is not None and int(low) > int(high):
+        raise InvalidConfigError(
+            f"min.compaction.lag.ms ({low}) must not exceed max.compaction.lag.ms ({high})"
+        )

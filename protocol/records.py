@@ -65,7 +65,9 @@ __all__ = [
     "build_batch",
     "decode_record_fields",
     "decode_records",
+    "filter_batch",
     "iter_batches",
+    "record_keys",
     "parse_batch_header",
     "reseal_crc",
     "set_base_offset_and_epoch",
@@ -516,6 +518,90 @@ def _read_bytes(data: bytes, pos: int, limit: int, what: str) -> tuple[bytes | N
     if end > limit:
         raise CorruptRecordError(f"{what} of {length} bytes runs past the end of its record")
     return data[pos:end], end
+
+
+# -- compaction -----------------------------------------------------------------------------
+
+
+#: One record as the log cleaner sees it: (offset, key or None, is a tombstone, start and end of
+#: its bytes in the batch's decompressed records).
+KeyedRecord: TypeAlias = tuple[int, bytes | None, bool, int, int]
+
+
+def record_keys(batch: Buffer) -> tuple[BatchHeader, bytes, list[KeyedRecord]]:
+    """The header, the (decompressed) record bytes and each record's offset, key and whether
+    its value is null, without decoding values or headers: what compaction needs.
+    ``batch`` must hold exactly one batch; its CRC is not checked (the log checked it)."""
+    header = _parse_exact(batch)
+    payload = memoryview(batch)[BATCH_HEADER_SIZE:]
+    data = (
+        bytes(payload)
+        if header.compression is Compression.NONE
+        else decompress(header.compression, payload)
+    )
+    read = _read_varint
+    records: list[KeyedRecord] = []
+    pos = 0
+    end = len(data)
+    base = header.base_offset
+    try:
+        for index in range(header.records_count):
+            start = pos
+            length, pos = read(data, pos, _VARINT_MAX_SHIFT)
+            record_end = pos + length
+            if length < 0 or record_end > end:
+                raise CorruptRecordError(
+                    f"record {index} claims {length} bytes, {end - pos} remain in the batch"
+                )
+            _, pos = read(data, pos + 1, _VARLONG_MAX_SHIFT)  # attributes, timestampDelta
+            offset_delta, pos = read(data, pos, _VARINT_MAX_SHIFT)
+            key, pos = _read_bytes(data, pos, record_end, "key")
+            value_length, pos = read(data, pos, _VARINT_MAX_SHIFT)
+            records.append((base + offset_delta, key, value_length < 0, start, record_end))
+            pos = record_end
+    except IndexError as exc:
+        raise CorruptRecordError(f"malformed record: {exc}") from exc
+    return header, data, records
+
+
+def filter_batch(
+    batch: Buffer, header: BatchHeader, data: bytes, kept: Sequence[KeyedRecord]
+) -> bytes:
+    """``batch`` holding only the ``kept`` records (from ``record_keys`` of it, in order).
+
+    Everything else of the header stays, as Kafka's cleaner keeps it: the base offset and
+    ``lastOffsetDelta`` (so the batch still spans its offsets and the log has no gap where a
+    follower or consumer could land mid-batch), the producer id, epoch and base sequence (so
+    idempotent producers' sequence numbers still follow), timestamps and codec. An empty
+    ``kept`` gives a batch with no records. The CRC is computed anew."""
+    body = b"".join(data[start:end] for _offset, _key, _tombstone, start, end in kept)
+    payload = (
+        body
+        if header.compression is Compression.NONE or not body
+        else compress(header.compression, body)
+    )
+    attributes = header.attributes if body else header.attributes & ~_COMPRESSION_MASK
+    out = bytearray(BATCH_HEADER_SIZE)
+    out += payload
+    _HEADER.pack_into(
+        out,
+        0,
+        header.base_offset,
+        len(out) - _LENGTH_FIELD_END,
+        header.partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(kept),
+    )
+    _UINT32.pack_into(out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    return bytes(out)
 
 
 # -- building -------------------------------------------------------------------------------

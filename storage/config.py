@@ -39,6 +39,27 @@ class LogConfig:
     index_interval_bytes: int = 4096
     # Timestamp type LogAppendTime: append() stamps maxTimestamp with the broker clock.
     log_append_time: bool = False
+    # cleanup.policy: ``delete`` (retention by age and size deletes old segments) and/or
+    # ``compact`` (the log cleaner keeps the newest record per key; see storage/compaction).
+    # With compact alone, retention_ms/retention_bytes delete nothing.
+    cleanup_delete: bool = True
+    cleanup_compact: bool = False
+    # Compaction knobs (Kafka's names): tombstones stay readable this long after the clean that
+    # first kept them; a log is cleaned once this share of its cleanable bytes is dirty; records
+    # younger than min_compaction_lag_ms are never compacted, older than max_compaction_lag_ms
+    # are compacted whatever the dirty ratio (and the active segment rolls at that age).
+    delete_retention_ms: int = 24 * 3600 * 1000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+
+    @property
+    def roll_ms(self) -> int:
+        """How old the active segment may get: segment_ms, or max_compaction_lag_ms if smaller
+        on a compacted log (a record in the active segment cannot be compacted)."""
+        if self.cleanup_compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     def __post_init__(self) -> None:
         if not 1 <= self.segment_bytes <= MAX_SEGMENT_BYTES:
@@ -55,5 +76,18 @@ class LogConfig:
             raise ValueError(f"flush_messages must be None or >= 1, got {self.flush_messages}")
         if self.flush_ms is not None and self.flush_ms < 0:
             raise ValueError(f"flush_ms must be None or >= 0, got {self.flush_ms}")
+        if not (self.cleanup_delete or self.cleanup_compact):
+            raise ValueError("cleanup policy must include delete, compact or both")
+        if self.delete_retention_ms < 0:
+            raise ValueError(f"delete_retention_ms must be >= 0, got {self.delete_retention_ms}")
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise ValueError(
+                f"min_cleanable_dirty_ratio must be in [0, 1], got {self.min_cleanable_dirty_ratio}"
+            )
+        if not 0 <= self.min_compaction_lag_ms <= self.max_compaction_lag_ms:
+            raise ValueError(
+                "need 0 <= min_compaction_lag_ms <= max_compaction_lag_ms, got "
+                f"{self.min_compaction_lag_ms} and {self.max_compaction_lag_ms}"
+            )
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got {self.index_interval_bytes}")

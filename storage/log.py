@@ -39,12 +39,16 @@ from flux.storage.batch import (
     ParsedBatch,
     parse_batches,
 )
+from flux.storage.compaction.cleaner import CleanedGroup, CleanResult
+from flux.storage.compaction.planner import LogView, SegmentView
+from flux.storage.compaction.swap import CLEANING_DIRECTORY, SWAP_SUFFIX, complete_swaps
 from flux.storage.config import LogConfig
 from flux.storage.errors import (
     LogClosedError,
     OffsetMismatchError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
+    StorageError,
 )
 from flux.storage.limits import (
     MAX_APPEND_BYTES,
@@ -58,6 +62,8 @@ __all__ = ["PartitionLog", "MemoryLog", "Log"]
 logger = logging.getLogger("flux.storage")
 
 LOG_START_OFFSET_FILE = "log-start-offset.checkpoint"
+#: Offsets below the one in this file have been through the log cleaner at least once.
+CLEANER_CHECKPOINT_FILE = "cleaner-offset.checkpoint"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 _CHECKPOINT_VERSION = 0
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
@@ -267,7 +273,7 @@ class _SegmentedLog:
             return
         if active.size_bytes + incoming_bytes > self._config.segment_bytes:
             reason = "segment_bytes"
-        elif now_ms - active.roll_base(now_ms) > self._config.segment_ms:
+        elif now_ms - active.roll_base(now_ms) > self._config.roll_ms:
             reason = "segment_ms"
         elif last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
             reason = "relative offset overflow"
@@ -450,7 +456,7 @@ class _SegmentedLog:
         deleted = self._delete_prefix(
             lambda segment: segment.next_offset <= min(self._log_start_offset, upper)
         )
-        retention_ms = self._config.retention_ms
+        retention_ms = self._config.retention_ms if self._config.cleanup_delete else -1
         if retention_ms >= 0:
             cutoff_ms = now_ms - retention_ms
             deleted += self._delete_prefix(
@@ -458,7 +464,7 @@ class _SegmentedLog:
                     segment.largest_timestamp_ms() < cutoff_ms and segment.next_offset <= upper
                 )
             )
-        retention_bytes = self._config.retention_bytes
+        retention_bytes = self._config.retention_bytes if self._config.cleanup_delete else -1
         if retention_bytes >= 0:
             total = self.size_bytes
             count = 0
@@ -707,6 +713,7 @@ class PartitionLog(_SegmentedLog):
     ) -> None:
         self._directory = directory
         self._directory_dirty = False
+        self._cleaned_through: int | None = None
         super().__init__(config, clock_ms, segments, log_start_offset, recovery_point)
 
     @property
@@ -741,6 +748,7 @@ class PartitionLog(_SegmentedLog):
             log._directory_dirty = True  # the first flush syncs the directory and the files
             return log
         directory.mkdir(parents=True, exist_ok=True)
+        complete_swaps(directory)
         clean_marker = directory / CLEAN_SHUTDOWN_FILE
         clean = clean_marker.exists()
         bases = _scan_directory(directory)
@@ -766,6 +774,125 @@ class PartitionLog(_SegmentedLog):
             # directory entry and the files.
             log._directory_dirty = True
         return log
+
+    # -- compaction -----------------------------------------------------------------
+
+    @property
+    def cleaned_through(self) -> int:
+        """Offsets below this have been through the log cleaner (0: never cleaned)."""
+        if self._cleaned_through is None:
+            path = self._directory / CLEANER_CHECKPOINT_FILE
+            try:
+                lines = path.read_text().split()
+                value = int(lines[1]) if len(lines) == 2 and lines[0] == "0" else 0
+            except (FileNotFoundError, ValueError):
+                value = 0
+            self._cleaned_through = value
+        return self._cleaned_through
+
+    @property
+    def last_clean_ms(self) -> int:
+        """When a clean was last installed (the cleaner checkpoint's mtime), -1 if never."""
+        mtime = _mtime_ms(self._directory / CLEANER_CHECKPOINT_FILE)
+        return mtime if mtime > 0 else -1
+
+    def cleaner_view(self) -> LogView:
+        """What a clean of this log needs, for ``LogCleaner.clean`` on another thread."""
+        self._check_open()
+        segments = []
+        for segment in self._segments[:-1]:
+            assert isinstance(segment, _DiskSegment)
+            first = segment.roll_base_ms if segment.roll_base_ms is not None else -1
+            segments.append(
+                SegmentView(
+                    base_offset=segment.base_offset,
+                    next_offset=segment.next_offset,
+                    size_bytes=segment.size_bytes,
+                    log_path=segment.log_path,
+                    largest_timestamp_ms=segment.largest_timestamp_ms(),
+                    first_timestamp_ms=first if first >= 0 else segment.largest_timestamp_ms(),
+                    modified_ms=_mtime_ms(segment.log_path),
+                    token=segment,
+                )
+            )
+        return LogView(
+            directory=self._directory,
+            config=self._config,
+            log_start_offset=self._log_start_offset,
+            segments=tuple(segments),
+            active_base_offset=self._segments[-1].base_offset,
+            cleaned_through=self.cleaned_through,
+        )
+
+    def install_cleaned(
+        self, result: CleanResult, crash_hook: Callable[[str], None] | None = None
+    ) -> bool:
+        """Swap the cleaned segments of ``result`` in (see ``flux.storage.compaction.swap``)
+        and move the cleaner checkpoint. False, and nothing changed, if the log's segments are
+        no longer those the clean read (retention, truncation or another clean came first)."""
+        hook = crash_hook or (lambda _step: None)
+        work = self._directory / CLEANING_DIRECTORY
+        try:
+            if self._closed or not self._still_holds(result):
+                return False
+            for group in result.groups:
+                self._install_group(group, work, hook)
+            self._forget_tail()
+            self._cleaned_through = max(result.cleaned_through, self.cleaned_through)
+            _write_atomically(
+                self._directory / CLEANER_CHECKPOINT_FILE,
+                f"{_CHECKPOINT_VERSION}\n{self._cleaned_through}\n".encode(),
+            )
+            hook("checkpointed")
+            self._check_invariants()
+            return True
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _still_holds(self, result: CleanResult) -> bool:
+        by_id = {id(segment): i for i, segment in enumerate(self._segments[:-1])}
+        return all(
+            id(source.token) in by_id and source.token.next_offset == source.next_offset
+            for group in result.groups
+            for source in group.sources
+        )
+
+    def _install_group(self, group: CleanedGroup, work: Path, hook: Callable[[str], None]) -> None:
+        base = group.sources[0].base_offset
+        name = f"{base:020d}"
+        cleaned = work / f"{name}.log"
+        if not group.changed:
+            # Nothing removed: keep the file, note when it was cleaned (tombstones age from it).
+            mtime_ns = cleaned.stat().st_mtime_ns
+            os.utime(group.sources[0].log_path, ns=(mtime_ns, mtime_ns))
+            return
+        first = self._segments.index(group.sources[0].token)
+        count = len(group.sources)
+        swap = self._directory / f"{name}{SWAP_SUFFIX}"
+        os.replace(cleaned, swap)
+        _fsync_directory(self._directory)
+        hook("swapped")
+        for source in group.sources:
+            source.token.delete_files()
+        hook("deleted")
+        for suffix in (".index", ".timeindex"):
+            if (work / f"{name}{suffix}").exists():
+                os.replace(work / f"{name}{suffix}", self._directory / f"{name}{suffix}")
+        os.replace(swap, self._directory / f"{name}.log")
+        _fsync_directory(self._directory)
+        hook("installed")
+        segment = _DiskSegment.open_existing(
+            self._directory, base, self._config.index_interval_bytes
+        )
+        end = group.sources[-1].next_offset
+        if segment.load_index_files(end) is not None:
+            segment.recover()
+        if segment.next_offset != end:
+            raise StorageError(
+                f"{self}: cleaned segment {base} ends at {segment.next_offset}, expected {end}"
+            )
+        self._segments[first : first + count] = [segment]
+        self._bases[first : first + count] = [base]
 
     # -- hooks --------------------------------------------------------------------
 
@@ -950,6 +1077,13 @@ def _fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _mtime_ms(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns // 1_000_000
+    except FileNotFoundError:
+        return 0
 
 
 def _unlink(path: Path) -> None:

@@ -217,6 +217,12 @@ class ProducerStateManager:
         every batch below it has been recorded; replay resumes here."""
         return self._last_offset
 
+    def last_batch_offsets(self) -> list[int]:
+        """The last offset of each producer's newest batch (the batches compaction keeps)."""
+        return [
+            entry.batches[-1].last_offset for entry in self._producers.values() if entry.batches
+        ]
+
     def producers(self) -> dict[int, ProducerEntry]:
         """Copies of the producer entries, least recently recorded first."""
         return {pid: copy.deepcopy(entry) for pid, entry in self._producers.items()}

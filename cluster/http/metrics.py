@@ -99,6 +99,32 @@ class BrokerMetrics:
             ["topic"],
             registry=self.registry,
         )
+        # The log cleaner (cleanup.policy=compact).
+        self.cleaner_cleans = Counter(
+            "flux_log_cleaner_cleans", "log cleans installed", registry=self.registry
+        )
+        self.cleaner_bytes_read = Counter(
+            "flux_log_cleaner_read_bytes", "bytes the log cleaner read", registry=self.registry
+        )
+        self.cleaner_bytes_written = Counter(
+            "flux_log_cleaner_written_bytes",
+            "bytes the log cleaner wrote",
+            registry=self.registry,
+        )
+        self.cleaner_records_removed = Counter(
+            "flux_log_cleaner_removed_records",
+            "records the log cleaner removed (superseded or expired tombstones)",
+            registry=self.registry,
+        )
+        self.cleaner_errors = Counter(
+            "flux_log_cleaner_errors", "log cleans that failed", registry=self.registry
+        )
+        self.cleaner_seconds = Histogram(
+            "flux_log_cleaner_seconds",
+            "time one clean took",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self._collector = PartitionCollector(broker_id, partitions, image)
         self.registry.register(self._collector)
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
 from typing import Any
 
 from aiohttp import web
 from flux.protocol.errors import ErrorCode
 from flux.protocol.records import Header, decode_records, iter_batches
-from flux.storage import OffsetOutOfRangeError
+from flux.storage import OffsetOutOfRangeError, PartitionLog
+from flux.storage.compaction.planner import dirty_ratio
 
 from ..groups.offsets_client import OffsetsUnavailableError
 from ..replication.partition import Partition
@@ -90,6 +92,8 @@ class RestApi(HttpApiBase):
                     log_end_offset=local.log_end_offset,
                     high_watermark=local.high_watermark,
                 )
+            if local is not None and local.config.compacted:
+                entry["cleaner"] = _cleaner_state(local)
             partitions.append(entry)
         return {
             "name": topic.name,
@@ -357,3 +361,18 @@ def _decode_record(item: Any) -> tuple[bytes | None, bytes, list[Header]]:
     except (KeyError, TypeError, ValueError, binascii.Error):
         raise HttpError(400, "malformed forwarded record", field="records") from None
     return key, value, headers
+
+
+def _cleaner_state(partition: Partition) -> dict[str, Any]:
+    """This broker's replica of a compacted partition, as the log cleaner sees it: the share
+    of its cleanable bytes not cleaned yet, how far it has been cleaned, and when."""
+    log = partition.log
+    if not isinstance(log, PartitionLog) or log.closed:
+        return {"broker": partition.broker_id, "dirty_ratio": None}
+    now_ms = time.time_ns() // 1_000_000
+    return {
+        "broker": partition.broker_id,
+        "dirty_ratio": round(dirty_ratio(log.cleaner_view(), partition.high_watermark, now_ms), 4),
+        "cleaned_through": log.cleaned_through,
+        "last_clean_ms": log.last_clean_ms,
+    }

@@ -8,6 +8,7 @@ from typing import Any
 
 from flux.protocol.api import RequestHeader
 from flux.protocol.errors import CorruptRecordError, ErrorCode
+from flux.protocol.records import iter_batches, record_keys
 from flux.storage import CorruptBatchError
 
 from ..replication.partition import ProducerRejectedError
@@ -126,6 +127,14 @@ class ProduceApis(KafkaApisBase):
         oversized = _oversized_batch(records, config.get("max.message.bytes"))
         if oversized is not None:
             return _partition_result(index, ErrorCode.MESSAGE_TOO_LARGE, oversized), None
+        if config.compacted:
+            refused = _keyless_records(records, f"{partition.topic}-{index}")
+            if refused is not None:
+                result = _partition_result(index, ErrorCode.INVALID_RECORD, refused[1])
+                result["record_errors"] = [
+                    {"batch_index": refused[0], "batch_index_error_message": refused[1]}
+                ]
+                return result, None
         try:
             result = self._replicas.append(partition, records)
         except (CorruptBatchError, CorruptRecordError) as error:
@@ -145,6 +154,25 @@ class ProduceApis(KafkaApisBase):
             "record_errors": [],
             "error_message": None,
         }, result.last_offset
+
+
+def _keyless_records(records: bytes | memoryview, name: str) -> tuple[int, str] | None:
+    """(index, Kafka's message) of the first record without a key: a compacted topic keeps
+    the newest record per key and refuses records that have none. Malformed batches are left
+    to the append, which names the problem."""
+    index = 0
+    try:
+        for _header, batch in iter_batches(records, allow_partial_tail=False):
+            for _offset, key, _tombstone, _start, _end in record_keys(batch)[2]:
+                if key is None:
+                    return index, (
+                        f"Compacted topic cannot accept message without key in topic "
+                        f"partition {name}."
+                    )
+                index += 1
+    except CorruptRecordError:
+        return None
+    return None
 
 
 def _oversized_batch(records: bytes | memoryview, limit: int) -> str | None:

@@ -28,6 +28,7 @@ from flux.controller.image import PartitionState
 from flux.protocol.errors import ErrorCode
 from flux.protocol.records import build_batch, decode_records, iter_batches
 from flux.storage import AppendResult, MemoryLog, PartitionLog
+from flux.storage.compaction import align_to
 from flux.storage.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
 from flux.storage.producer_state import ProducerStateManager, Verdict, increment_sequence
 
@@ -503,6 +504,10 @@ class Partition:
         records = b""
         if fetch_offset < self.log_end_offset and max_bytes > 0:
             records = self.log.read(fetch_offset, max_bytes)
+            if self.config.compacted:
+                # Our cleaner may have merged removed batches into a span the follower's log
+                # ends inside: serve the span from where the follower is.
+                records = align_to(records, fetch_offset)
         return PartitionData(self.topic, self.index, ErrorCode.NONE, **common, records=records)
 
     # -- follower -----------------------------------------------------------------------------

@@ -1,0 +1,158 @@
+"""``LogCleanerService``: the node's log cleaner (Kafka's ``LogCleaner``, one thread).
+
+Every ``backoff_ms`` (sooner when the last pass cleaned something) it looks at the partitions
+of compacted topics this broker hosts, leader or follower alike (replicas compact
+independently, as in Kafka), plans a clean of each (``flux.storage.compaction.plan_clean``:
+only below the replica's high watermark) and cleans the one that needs it most (a forced
+clean first, then the largest dirty ratio). The map and rewrite run on a worker thread; the
+swap runs on the event loop, which owns the log, and is refused if the log changed meanwhile
+(retention, truncation, deletion). An error in one clean is logged and counted and the
+cleaner goes on with the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from flux.storage import PartitionLog
+from flux.storage.compaction import LogCleaner, plan_clean
+from flux.storage.compaction.planner import CleanPlan, LogView
+
+from ..replication.partition import Partition
+from ..replication.replica_manager import ReplicaManager
+from .codec import RECORD_CODEC
+
+__all__ = ["LogCleanerService", "PartitionCleanState"]
+
+log = logging.getLogger("flux.cluster.cleaner")
+
+
+@dataclass
+class PartitionCleanState:
+    """What ``fluxctl topic describe`` shows per partition."""
+
+    dirty_ratio: float = 0.0
+    last_clean_ms: int = -1
+    last_clean_seconds: float = 0.0
+    records_removed: int = 0
+
+
+class LogCleanerService:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        *,
+        dedupe_buffer_bytes: int,
+        io_max_bytes_per_second: int,
+        backoff_ms: int,
+        metrics: Any = None,
+    ) -> None:
+        self._replicas = replicas
+        self._backoff_s = backoff_ms / 1000
+        self._metrics = metrics
+        self.cleaner = LogCleaner(
+            RECORD_CODEC,
+            dedupe_buffer_bytes=dedupe_buffer_bytes,
+            io_max_bytes_per_second=io_max_bytes_per_second,
+        )
+        self.states: dict[tuple[str, int], PartitionCleanState] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run_forever())
+
+    def wake(self) -> None:
+        """Look again now (a topic became compacted, say)."""
+        self._wakeup.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run_forever(self) -> None:
+        while True:
+            try:
+                cleaned = await self.clean_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("log cleaner pass failed")
+                cleaned = False
+            if not cleaned:
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), self._backoff_s)
+                except TimeoutError:
+                    pass
+
+    def _candidates(self, now_ms: int) -> list[tuple[Partition, LogView, CleanPlan]]:
+        found = []
+        for partition in self._replicas.partitions():
+            if not partition.config.compacted or not isinstance(partition.log, PartitionLog):
+                continue
+            if partition.log.closed:
+                continue
+            view = partition.log.cleaner_view()
+            plan = plan_clean(view, partition.high_watermark, now_ms)
+            state = self.states.setdefault(
+                (partition.topic, partition.index), PartitionCleanState()
+            )
+            state.dirty_ratio = plan.dirty_ratio if plan is not None else state.dirty_ratio
+            if plan is not None:
+                found.append((partition, view, plan))
+        found.sort(key=lambda item: (not item[2].forced, -item[2].dirty_ratio))
+        return found
+
+    async def clean_once(self) -> bool:
+        """Clean the log that needs it most; False when none does."""
+        now_ms = time.time_ns() // 1_000_000
+        candidates = self._candidates(now_ms)
+        if not candidates:
+            return False
+        partition, view, plan = candidates[0]
+        name = f"{partition.topic}-{partition.index}"
+        keep = partition.producers.last_batch_offsets()
+        started = time.monotonic()
+        try:
+            result = await asyncio.to_thread(self.cleaner.clean, view, plan, keep)
+            installed = partition.log.install_cleaned(result)
+        except Exception as error:  # noqa: BLE001 - one log's failure must not stop the rest
+            log.error("cleaning %s failed: %s", name, error)
+            self._count("errors", 1)
+            return False
+        if not installed:
+            log.info("cleaning %s: the log changed meanwhile; will retry", name)
+            return True
+        seconds = time.monotonic() - started
+        state = self.states.setdefault((partition.topic, partition.index), PartitionCleanState())
+        state.last_clean_ms = now_ms
+        state.last_clean_seconds = seconds
+        state.records_removed += result.records_removed
+        state.dirty_ratio = 0.0
+        partition.notify_sessions(urgent=False)
+        self._count("cleans", 1)
+        self._count("bytes_read", result.bytes_read)
+        self._count("bytes_written", result.bytes_written)
+        self._count("records_removed", result.records_removed)
+        if self._metrics is not None:
+            self._metrics.cleaner_seconds.observe(seconds)
+        log.info(
+            "cleaned %s up to offset %d in %.2f s: read %d bytes, wrote %d, removed %d records",
+            name,
+            result.cleaned_through,
+            seconds,
+            result.bytes_read,
+            result.bytes_written,
+            result.records_removed,
+        )
+        return True
+
+    def _count(self, what: str, amount: int) -> None:
+        if self._metrics is not None and amount:
+            getattr(self._metrics, f"cleaner_{what}").inc(amount)

@@ -1,0 +1,319 @@
+"""One clean of one log: the map pass and the rewrite (any thread), then ``commit`` on the
+log's owner thread (``PartitionLog.install_cleaned``).
+
+Tombstones: a cleaned segment's file mtime is when its data was first cleaned (the first clean
+sets it; a later clean that merges cleaned segments gives the result the youngest of theirs).
+Tombstones in a segment cleaned before (below the log's cleaner checkpoint) whose mtime is
+older than ``delete.retention.ms`` are dropped, so a reader has at least that long after the
+clean that first kept a deletion to see it. Segments cleaned before and segments cleaned for
+the first time are never merged, so a merge never makes a young tombstone look old.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flux.storage._segment import BatchMeta, _DiskSegment
+from flux.storage.batch import CONTROL, HEADER, TRANSACTIONAL, Header
+from flux.storage.compaction.batches import empty_batch, iter_file_batches
+from flux.storage.compaction.planner import (
+    CleanPlan,
+    DedupeMap,
+    LogView,
+    RecordCodec,
+    SegmentView,
+    surviving,
+)
+from flux.storage.compaction.swap import CLEANING_DIRECTORY, fsync_directory
+from flux.storage.limits import MAX_RELATIVE_OFFSET
+
+__all__ = ["CleanResult", "CleanedGroup", "LogCleaner"]
+
+#: Bytes of batches handed to the cleaned segment per append.
+WRITE_CHUNK_BYTES = 1 << 20
+_TIMESTAMP_TYPE = 0x08
+
+
+@dataclass
+class CleanedGroup:
+    """Segments ``sources`` rewritten as one segment in ``.cleaning/<base>.log``."""
+
+    sources: tuple[SegmentView, ...]
+    changed: bool
+
+
+@dataclass
+class CleanResult:
+    directory: Path
+    plan: CleanPlan
+    groups: list[CleanedGroup]
+    #: The new cleaner checkpoint: every offset below it has been through a clean.
+    cleaned_through: int
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_removed: int = 0
+    map_entries: int = 0
+    seconds: float = 0.0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class _Throttle:
+    """At most ``rate`` bytes/s of reads and writes (``rate`` < 0: none)."""
+
+    def __init__(self, rate: int, sleep: Callable[[float], None]) -> None:
+        self._rate = rate
+        self._sleep = sleep
+        self._started = time.monotonic()
+        self._bytes = 0
+
+    def spend(self, count: int) -> None:
+        if self._rate <= 0:
+            return
+        self._bytes += count
+        ahead = self._bytes / self._rate - (time.monotonic() - self._started)
+        if ahead > 0.01:
+            self._sleep(ahead)
+
+
+class _GroupWriter:
+    """Writes one cleaned segment into ``.cleaning/``, merging consecutive emptied batches of
+    one leader epoch into one empty span."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        self.segment = _DiskSegment.create(directory, base_offset, index_interval_bytes, fresh=True)
+        self._chunk = bytearray()
+        self._metas: list[BatchMeta] = []
+        self._last_header: Header | None = None
+        # A run of removed batches: [first offset, last offset, epoch, timestamp type, max ts].
+        self._run: list[int] | None = None
+        self.written = 0
+
+    def add(self, batch: bytes | memoryview, header: Header) -> None:
+        self._flush_run()
+        self._add(batch, header)
+
+    def _add(self, batch: bytes | memoryview, header: Header) -> None:
+        position = len(self._chunk)
+        self._chunk += batch
+        last = header.base_offset + header.last_offset_delta
+        self._metas.append((position, len(batch), header.base_offset, last, header.max_timestamp))
+        self._last_header = header
+        if len(self._chunk) >= WRITE_CHUNK_BYTES:
+            self._write()
+
+    def remove(self, header: Header) -> None:
+        """The batch lost every record: its span joins the pending empty run."""
+        last = header.base_offset + header.last_offset_delta
+        run = self._run
+        kind = header.attributes & _TIMESTAMP_TYPE
+        if run is not None and run[2] == header.partition_leader_epoch and run[3] == kind:
+            run[1] = last
+            run[4] = max(run[4], header.max_timestamp)
+            return
+        self._flush_run()
+        self._run = [
+            header.base_offset,
+            last,
+            header.partition_leader_epoch,
+            kind,
+            header.max_timestamp,
+        ]
+
+    def _flush_run(self) -> None:
+        run, self._run = self._run, None
+        if run is None:
+            return
+        first, last, epoch, kind, max_timestamp = run
+        batch = empty_batch(
+            first, last, leader_epoch=epoch, timestamp_ms=max_timestamp, attributes=kind
+        )
+        self._add(batch, Header._make(HEADER.unpack_from(batch, 0)))
+
+    def _write(self) -> None:
+        if not self._metas:
+            return
+        assert self._last_header is not None
+        self.segment.append(bytes(self._chunk), self._metas, self._last_header, 0)
+        self.written += len(self._chunk)
+        self._chunk = bytearray()
+        self._metas = []
+
+    def finish(self, mtime_ms: int) -> None:
+        self._flush_run()
+        self._write()
+        self.segment.seal_time_index()
+        self.segment.fsync()
+        self.segment.close()
+        ns = mtime_ms * 1_000_000
+        os.utime(self.segment.log_path, ns=(ns, ns))
+
+
+class LogCleaner:
+    """Cleans logs with ``codec`` and at most ``dedupe_buffer_bytes`` of key map, reading and
+    writing at most ``io_max_bytes_per_second`` (-1: unthrottled). ``crash_hook("cleaning")``
+    is called after each cleaned segment is written (tests kill the process there, and
+    between the steps of ``PartitionLog.install_cleaned``)."""
+
+    def __init__(
+        self,
+        codec: RecordCodec,
+        *,
+        dedupe_buffer_bytes: int = 64 << 20,
+        io_max_bytes_per_second: int = -1,
+        clock_ms: Callable[[], int] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        crash_hook: Callable[[str], None] | None = None,
+    ) -> None:
+        self._codec = codec
+        self._hook = crash_hook or (lambda _step: None)
+        self.dedupe_buffer_bytes = dedupe_buffer_bytes
+        self.io_max_bytes_per_second = io_max_bytes_per_second
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self._sleep = sleep
+
+    def clean(
+        self, view: LogView, plan: CleanPlan, keep_batches_ending_at: Collection[int] = ()
+    ) -> CleanResult:
+        """Map the dirty part, rewrite the cleanable segments into ``.cleaning/``. Reads the
+        segment files through its own descriptors: safe on any thread while the owner goes on
+        (``install_cleaned`` refuses the result if the segments changed meanwhile).
+        ``keep_batches_ending_at``: last offsets of batches whose header must stay even when
+        all their records go (each idempotent producer's last batch, as Kafka keeps it)."""
+        started = time.monotonic()
+        now_ms = self._clock_ms()
+        throttle = _Throttle(self.io_max_bytes_per_second, self._sleep)
+        dedupe = DedupeMap(self.dedupe_buffer_bytes)
+        result = CleanResult(view.directory, plan, [], plan.first_dirty)
+        keep = set(keep_batches_ending_at)
+        mapped_end = self._map(plan, dedupe, keep, throttle, result)
+        result.cleaned_through = mapped_end
+        result.map_entries = len(dedupe)
+        work = view.directory / CLEANING_DIRECTORY
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        config = view.config
+        for sources in _groups(plan, mapped_end, view.cleaned_through, config.segment_bytes):
+            previously_cleaned = sources[-1].next_offset <= view.cleaned_through
+            writer = _GroupWriter(work, sources[0].base_offset, config.index_interval_bytes)
+            removed_before = result.records_removed
+            for source in sources:
+                drop_tombstones = (
+                    previously_cleaned and source.modified_ms < now_ms - config.delete_retention_ms
+                )
+                for header, batch in iter_file_batches(source.log_path, source.size_bytes):
+                    throttle.spend(len(batch))
+                    result.bytes_read += len(batch)
+                    self._rewrite(batch, header, dedupe, drop_tombstones, keep, writer, result)
+            mtime = max(s.modified_ms for s in sources) if previously_cleaned else now_ms
+            writer.finish(mtime)
+            throttle.spend(writer.written)
+            result.bytes_written += writer.written
+            changed = (
+                result.records_removed > removed_before
+                or len(sources) > 1
+                or (writer.written != sum(s.size_bytes for s in sources))
+            )
+            result.groups.append(CleanedGroup(tuple(sources), changed))
+            self._hook("cleaning")
+        fsync_directory(work)
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _map(
+        self,
+        plan: CleanPlan,
+        dedupe: DedupeMap,
+        keep: set[int],
+        throttle: _Throttle,
+        result: CleanResult,
+    ) -> int:
+        """Record the newest offset of every key from the first dirty offset on; returns
+        where the map ends (the map fills: a segment boundary if one was reached)."""
+        last_of_producer: dict[int, int] = {}
+        mapped_end = plan.first_dirty
+        for segment in plan.cleanable:
+            if segment.next_offset <= plan.first_dirty:
+                continue
+            for header, batch in iter_file_batches(segment.log_path, segment.size_bytes):
+                last = header.base_offset + header.last_offset_delta
+                if last < plan.first_dirty:
+                    continue
+                throttle.spend(len(batch))
+                if header.producer_id >= 0:
+                    last_of_producer[header.producer_id] = last
+                if header.attributes & (CONTROL | TRANSACTIONAL) or header.records_count == 0:
+                    mapped_end = last + 1
+                    continue
+                if not dedupe.has_room(header.records_count):
+                    if mapped_end == plan.first_dirty:
+                        # Not even one batch fits: nothing can be cleaned with this map.
+                        return plan.first_dirty
+                    keep.update(last_of_producer.values())
+                    return mapped_end
+                _, _, records = self._codec.record_keys(batch)
+                for offset, key, _tombstone, _start, _end in records:
+                    if key is not None:
+                        dedupe.put(key, offset)
+                mapped_end = last + 1
+        keep.update(last_of_producer.values())
+        return mapped_end
+
+    def _rewrite(
+        self,
+        batch: bytes,
+        header: Header,
+        dedupe: DedupeMap,
+        drop_tombstones: bool,
+        keep: set[int],
+        writer: _GroupWriter,
+        result: CleanResult,
+    ) -> None:
+        last = header.base_offset + header.last_offset_delta
+        if header.attributes & (CONTROL | TRANSACTIONAL) or header.records_count == 0:
+            if header.records_count == 0 and header.producer_id < 0:
+                writer.remove(header)  # an empty span: merges with its neighbours
+            else:
+                writer.add(batch, header)
+            return
+        decoded_header, data, records = self._codec.record_keys(batch)
+        result.records_read += len(records)
+        kept = surviving(records, dedupe, drop_tombstones=drop_tombstones)
+        result.records_removed += len(records) - len(kept)
+        if len(kept) == len(records):
+            writer.add(batch, header)
+        elif kept or (header.producer_id >= 0 and last in keep):
+            filtered = self._codec.filter_batch(batch, decoded_header, data, kept)
+            writer.add(filtered, Header._make(HEADER.unpack_from(filtered, 0)))
+        else:
+            writer.remove(header)
+
+
+def _groups(
+    plan: CleanPlan, mapped_end: int, cleaned_through: int, segment_bytes: int
+) -> list[list[SegmentView]]:
+    """Consecutive cleanable segments below ``mapped_end`` merged while they fit one segment
+    (by their current size) and its index, never mixing segments cleaned before with ones
+    cleaned for the first time."""
+    groups: list[list[SegmentView]] = []
+    for segment in plan.cleanable:
+        if segment.base_offset >= mapped_end:
+            break
+        old = segment.next_offset <= cleaned_through
+        if groups:
+            group = groups[-1]
+            fits = (
+                sum(s.size_bytes for s in group) + segment.size_bytes <= segment_bytes
+                and segment.next_offset - 1 - group[0].base_offset <= MAX_RELATIVE_OFFSET
+                and (group[-1].next_offset <= cleaned_through) == old
+            )
+            if fits:
+                group.append(segment)
+                continue
+        groups.append([segment])
+    return groups
