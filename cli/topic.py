@@ -12,7 +12,9 @@ Every command takes ``--bootstrap`` (env ``FLUX_BOOTSTRAP``; default: the local 
 JSON shapes (stable keys): ``list`` -> ``{"topics": [name, ...]}``; ``describe`` and
 ``create`` -> ``{"name", "topic_id", "internal", "partitions": [{"partition", "leader",
 "leader_epoch", "replicas", "isr", "offline_replicas"}], "configs": {key: value}}`` where
-``configs`` holds the values set on the topic (not the defaults).
+``configs`` holds the values set on the topic (not the defaults); ``alter-config`` ->
+``{"name", "set": {key: value}, "deleted": [key, ...], "validate_only", "configs": {key:
+value}}`` with ``configs`` as the broker reports them after the change.
 """
 
 from __future__ import annotations
@@ -31,19 +33,19 @@ __all__ = ["topic"]
 
 @click.group()
 def topic() -> None:
-    """Create, list, describe and delete topics."""
+    """Create, list, describe, reconfigure, grow and delete topics."""
 
 
 def _admin(bootstrap: str | None, timeout_s: float) -> Admin:
     return Admin(resolve_bootstrap(bootstrap), client_id="fluxctl", timeout_s=timeout_s)
 
 
-def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
+def _parse_configs(pairs: tuple[str, ...], option: str = "--config") -> dict[str, str]:
     configs: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise click.UsageError(f"--config expects KEY=VALUE, got {pair!r}")
+            raise click.UsageError(f"{option} expects KEY=VALUE, got {pair!r}")
         configs[key.strip()] = value
     return configs
 
@@ -165,22 +167,98 @@ def list_(internal: bool, bootstrap: str | None, timeout_s: float, as_json: bool
 
 @topic.command("describe")
 @click.argument("name")
+@click.option(
+    "--http",
+    "http_address",
+    envvar="FLUX_HTTP",
+    metavar="HOST:PORT",
+    help="a broker's HTTP address, to show the log cleaner's state of a compacted topic "
+    "(default: the local cluster's)",
+)
 @client_options
 @json_option
-def describe(name: str, bootstrap: str | None, timeout_s: float, as_json: bool) -> None:
-    """Show NAME's partitions (leader, leader epoch, replicas, ISR, offline) and configs."""
+def describe(
+    name: str, http_address: str | None, bootstrap: str | None, timeout_s: float, as_json: bool
+) -> None:
+    """Show NAME's partitions (leader, leader epoch, replicas, ISR, offline) and configs; for a
+    compacted topic also each replica's dirty ratio and last clean."""
     with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
         description = admin.describe_topic(name)
         configs = _overrides(admin, name)
         offsets = _Offsets(admin, name)
+        compacted = "compact" in admin.describe_configs(name)["cleanup.policy"].value
+    cleaner = _cleaner_states(name, http_address, timeout_s) if compacted else None
     if as_json:
-        _emit_json(_topic_json(description, configs, offsets))
+        data = _topic_json(description, configs, offsets)
+        if cleaner is not None:
+            for entry in data["partitions"]:
+                entry["cleaner"] = cleaner.get(entry["partition"], {})
+        _emit_json(data)
         return
-    _print_description(description, configs, offsets)
+    _print_description(description, configs, offsets, cleaner)
+
+
+#: Partition -> {broker id -> that replica's cleaner state}.
+_CleanerStates = dict[int, dict[str, dict[str, Any]]]
+
+
+def _cleaner_states(name: str, http_address: str | None, timeout_s: float) -> _CleanerStates:
+    """Each replica's cleaner state, from every broker's ``GET /topics/NAME`` (the brokers'
+    HTTP addresses from ``GET /cluster`` of the one given). Empty when no HTTP address is
+    known or a broker does not answer (its replicas are left out)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from ._bootstrap import default_broker_http
+
+    address = http_address or default_broker_http()
+    if not address:
+        return {}
+
+    def get(where: str, path: str) -> Any:
+        with urllib.request.urlopen(f"http://{where}{path}", timeout=timeout_s) as reply:
+            return json.loads(reply.read())
+
+    states: _CleanerStates = {}
+    try:
+        brokers = [b["http"] for b in get(address, "/cluster")["brokers"] if not b["fenced"]]
+    except (OSError, ValueError, KeyError, urllib.error.URLError):
+        return {}
+    for broker in brokers:
+        try:
+            partitions = get(broker, f"/topics/{name}")["partitions"]
+        except (OSError, ValueError, KeyError, urllib.error.URLError):
+            continue
+        for partition in partitions:
+            state = partition.get("cleaner")
+            if state:
+                states.setdefault(partition["partition"], {})[str(state["broker"])] = state
+    return states
+
+
+def _cleaner_cells(states: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """'dirty ratio' and 'last clean' cells: one ``broker:value`` per replica."""
+    import time
+
+    now_ms = time.time() * 1000
+    ratios = []
+    cleans = []
+    for broker, state in sorted(states.items()):
+        ratio = state.get("dirty_ratio")
+        ratios.append(f"{broker}:{ratio:.2f}" if ratio is not None else f"{broker}:?")
+        last = state.get("last_clean_ms", -1)
+        cleans.append(
+            f"{broker}:{(now_ms - last) / 1000:.0f}s ago" if last > 0 else f"{broker}:never"
+        )
+    return " ".join(ratios) or "-", " ".join(cleans) or "-"
 
 
 def _print_description(
-    description: TopicDescription, configs: dict[str, str], offsets: _Offsets
+    description: TopicDescription,
+    configs: dict[str, str],
+    offsets: _Offsets,
+    cleaner: _CleanerStates | None = None,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -201,9 +279,10 @@ def _print_description(
         "offline",
         "high watermark",
         "log end (lag) per replica",
-    )
+    ) + (("dirty ratio", "last clean") if cleaner is not None else ())
     for column in columns:
-        table.add_column(column, justify="left" if column in ("replicas", columns[-1]) else "right")
+        left = column in ("replicas", "log end (lag) per replica", "dirty ratio", "last clean")
+        table.add_column(column, justify="left" if left else "right")
     for partition in description.partitions:
         info = offsets.for_partition(partition.partition, partition.leader)
         ends = " ".join(
@@ -212,6 +291,7 @@ def _print_description(
             for replica, end in info["replica_log_end_offsets"].items()
         )
         high_watermark = info["high_watermark"]
+        extra = _cleaner_cells(cleaner.get(partition.partition, {})) if cleaner is not None else ()
         table.add_row(
             str(partition.partition),
             str(partition.leader) if partition.leader >= 0 else "none",
@@ -221,15 +301,79 @@ def _print_description(
             ids(partition.offline_replicas),
             str(high_watermark) if high_watermark is not None else "-",
             ends or "-",
+            *extra,
         )
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)  # piped output: whole headers, no wrapping at 80 columns
     console.print(table)
+    if cleaner == {}:
+        console.print("log cleaner: pass --http HOST:PORT (a broker's HTTP address) to see it")
     if configs:
         console.print(
             "configs: " + ", ".join(f"{key}={value}" for key, value in sorted(configs.items()))
         )
+
+
+@topic.command("alter-config")
+@click.argument("name")
+@click.option(
+    "--set",
+    "-s",
+    "to_set",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="set a config override (repeatable)",
+)
+@click.option(
+    "--delete",
+    "-d",
+    "to_delete",
+    multiple=True,
+    metavar="KEY",
+    help="delete an override: the key goes back to the broker's default (repeatable)",
+)
+@click.option("--validate-only", is_flag=True, help="check the change without making it")
+@client_options
+@json_option
+def alter_config(
+    name: str,
+    to_set: tuple[str, ...],
+    to_delete: tuple[str, ...],
+    validate_only: bool,
+    bootstrap: str | None,
+    timeout_s: float,
+    as_json: bool,
+) -> None:
+    """Set and delete config overrides of topic NAME; the others stay as they are.
+
+    All or nothing: an unknown key or a bad value changes nothing. Replicas apply the change
+    without a restart."""
+    changes = _parse_configs(to_set, "--set")
+    deleted = [key.strip() for key in to_delete]
+    if not changes and not deleted:
+        raise click.UsageError("nothing to change: give --set KEY=VALUE and/or --delete KEY")
+    both = sorted(set(changes) & set(deleted))
+    if both:
+        raise click.UsageError(f"{', '.join(both)}: both --set and --delete")
+    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+        admin.alter_topic_configs(name, set=changes, delete=deleted, validate_only=validate_only)
+        configs = _overrides(admin, name) if as_json else {}
+    if as_json:
+        _emit_json(
+            {
+                "name": name,
+                "set": changes,
+                "deleted": deleted,
+                "validate_only": validate_only,
+                "configs": configs,
+            }
+        )
+        return
+    done = [f"set {key}={value}" for key, value in changes.items()]
+    done += [f"deleted {key}" for key in deleted]
+    verb = "Validated" if validate_only else "Altered"
+    click.echo(f"{verb} configs of topic {name}: {', '.join(done)}")
 
 
 @topic.command("add-partitions")

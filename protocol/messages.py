@@ -381,6 +381,33 @@ DESCRIBE_CONFIGS_RESPONSE = Message(
     ),
 )
 
+# ------------------------------------------------------------------------- AlterConfigs (33)
+
+# The legacy API: each resource's configs replace all of its overrides (a null value deletes).
+ALTER_CONFIGS_REQUEST = Message(
+    "AlterConfigsRequest", 33, "0-2", "2+",
+    f("Resources", "[]AlterConfigsResource", "0+",
+        f("ResourceType", "int8", "0+"),
+        f("ResourceName", "string", "0+"),
+        f("Configs", "[]AlterableConfig", "0+",
+            f("Name", "string", "0+"),
+            f("Value", "string", "0+", nullable="0+"),
+        ),
+    ),
+    f("ValidateOnly", "bool", "0+"),
+)
+
+ALTER_CONFIGS_RESPONSE = Message(
+    "AlterConfigsResponse", 33, "0-2", "2+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("Responses", "[]AlterConfigsResourceResponse", "0+",
+        f("ErrorCode", "int16", "0+"),
+        f("ErrorMessage", "string", "0+", nullable="0+"),
+        f("ResourceType", "int8", "0+"),
+        f("ResourceName", "string", "0+"),
+    ),
+)
+
 # --------------------------------------------------------------------- DescribeCluster (60)
 
 DESCRIBE_CLUSTER_REQUEST = Message(
@@ -837,6 +864,7 @@ REQUESTS: dict[int, Message] = {
         CREATE_TOPICS_REQUEST,
         DELETE_TOPICS_REQUEST,
         DESCRIBE_CONFIGS_REQUEST,
+        ALTER_CONFIGS_REQUEST,
         DESCRIBE_CLUSTER_REQUEST,
         OFFSET_COMMIT_REQUEST,
         OFFSET_FETCH_REQUEST,
@@ -867,6 +895,7 @@ RESPONSES: dict[int, Message] = {
         CREATE_TOPICS_RESPONSE,
         DELETE_TOPICS_RESPONSE,
         DESCRIBE_CONFIGS_RESPONSE,
+        ALTER_CONFIGS_RESPONSE,
         DESCRIBE_CLUSTER_RESPONSE,
         OFFSET_COMMIT_RESPONSE,
         OFFSET_FETCH_RESPONSE,

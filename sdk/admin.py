@@ -8,7 +8,8 @@ consumer groups and the cluster description.
 
 CreateTopics, DeleteTopics and CreatePartitions go to the controller (Metadata
 ``controller_id``), as Kafka's admin client sends them, and are retried on NOT_CONTROLLER.
-Describe calls go to any broker. Group operations go to the group's coordinator (found with
+Describe calls and config changes (IncrementalAlterConfigs, which the broker forwards to the
+controller) go to any broker. Group operations go to the group's coordinator (found with
 FindCoordinator and looked up again when it moves), except ListGroups, which every broker
 answers for the groups it coordinates. Every broker error is raised as the typed exception of
 ``flux.sdk.errors``, carrying the broker's ``error_message``.
@@ -23,7 +24,7 @@ threads (calls are serialized on its loop).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,9 @@ __all__ = [
 ]
 
 _RESOURCE_TOPIC = 2
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).
+_CONFIG_OP_SET = 0
+_CONFIG_OP_DELETE = 1
 _EARLIEST_TIMESTAMP = -2
 _LATEST_TIMESTAMP = -1
 _DEBUGGING_REPLICA_ID = -2  # Kafka's replica id for tools reading any replica's offsets
@@ -337,6 +341,48 @@ class AsyncAdmin:
             "include_documentation": False,
         }
         return await self.client.call_any(ApiKey.DESCRIBE_CONFIGS, body, _read_configs)
+
+    async def alter_topic_configs(
+        self,
+        topic: str,
+        set: Mapping[str, str] | None = None,  # noqa: A002 - reads as admin.alter(t, set=...)
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set config overrides of ``topic`` and delete others (IncrementalAlterConfigs, API key
+        44); overrides not named stay as they are, and a deleted key goes back to the broker's
+        default. All or nothing: ``InvalidConfigError`` names an unknown key or a bad value and
+        then nothing changes; ``UnknownTopicError`` if there is no such topic.
+
+        The broker that answers already shows the change (in DescribeConfigs, and in how its
+        replicas behave); the other brokers follow as their metadata catches up."""
+        changes = _config_changes(set or {}, delete)
+        body = {
+            "resources": [
+                {
+                    "resource_type": _RESOURCE_TOPIC,
+                    "resource_name": topic,
+                    "configs": changes,
+                }
+            ],
+            "validate_only": validate_only,
+        }
+
+        def read(response: dict[str, Any], _: int) -> None:
+            for result in response["responses"]:
+                if result["resource_name"] == topic:
+                    _raise_for(
+                        result["error_code"],
+                        result.get("error_message"),
+                        context=f"topic {topic!r}",
+                    )
+                    return
+            raise error_for(
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"the broker did not answer for {topic!r}"
+            )
+
+        await self.client.call_any(ApiKey.INCREMENTAL_ALTER_CONFIGS, body, read)
 
     async def describe_cluster(self) -> ClusterDescription:
         body = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
@@ -610,6 +656,18 @@ class Admin:
     def describe_configs(self, topic: str) -> dict[str, ConfigEntry]:
         return self._loop.run(self._async.describe_configs(topic))
 
+    def alter_topic_configs(
+        self,
+        topic: str,
+        set: Mapping[str, str] | None = None,  # noqa: A002 - the same name as AsyncAdmin's
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._loop.run(
+            self._async.alter_topic_configs(topic, set, delete, validate_only=validate_only)
+        )
+
     def describe_cluster(self) -> ClusterDescription:
         return self._loop.run(self._async.describe_cluster())
 
@@ -771,6 +829,26 @@ def _describe_from_metadata(response: dict[str, Any], name: str) -> TopicDescrip
             ],
         )
     raise UnknownTopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+
+
+def _config_changes(to_set: Mapping[str, str], to_delete: Iterable[str]) -> list[dict[str, Any]]:
+    """The AlterableConfig entries of one IncrementalAlterConfigs resource."""
+    if isinstance(to_delete, str):
+        raise ConfigurationError(f"delete must be a list of config names, got {to_delete!r}")
+    deleted = list(to_delete)
+    for key, value in to_set.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ConfigurationError(f"config {key!r} must map to a string, got {value!r}")
+    both = sorted(frozenset(to_set) & frozenset(deleted))
+    if both:
+        raise ConfigurationError(f"configs {both} are both set and deleted")
+    return [
+        {"name": key, "config_operation": _CONFIG_OP_SET, "value": value}
+        for key, value in to_set.items()
+    ] + [
+        {"name": key, "config_operation": _CONFIG_OP_DELETE, "value": None}
+        for key in dict.fromkeys(deleted)
+    ]
 
 
 def _read_configs(response: dict[str, Any], version: int) -> dict[str, ConfigEntry]:

@@ -5,6 +5,7 @@ Kafka API family.
 dispatch, ApiVersions, ``ADVERTISED_VERSIONS``), ``common`` (state and controller forwarding
 the handlers share), ``metadata`` (Metadata, DescribeCluster, auto-creation), ``produce``,
 ``fetch`` (Fetch, ListOffsets), ``admin`` (CreateTopics, DeleteTopics, CreatePartitions,
-DescribeConfigs), ``groups`` (the group coordinator's APIs), ``producer_ids`` (InitProducerId
-and ``ProducerIdManager``).
+DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), ``config_changes`` (the pure change
+sets of the two alter APIs), ``groups`` (the group coordinator's APIs), ``producer_ids``
+(InitProducerId and ``ProducerIdManager``).
 """

@@ -1,17 +1,28 @@
 """Admin APIs: CreateTopics, DeleteTopics and CreatePartitions, forwarded to the active
 controller and answered once this broker's metadata shows them; DescribeConfigs of topics and
-of this broker, from the metadata image and the node configuration."""
+of this broker, from the metadata image and the node configuration; AlterConfigs and
+IncrementalAlterConfigs, turned into one change set against the resource's current overrides
+(``config_changes``) and forwarded to the controller's ``alter_configs``."""
 
 from __future__ import annotations
 
 import urllib.parse
 import uuid
+from collections import Counter
 from typing import Any
 
 from flux.protocol.api import RequestHeader
 from flux.protocol.errors import ErrorCode
 
 from .common import _ZERO_UUID, KafkaApisBase, log
+from .config_changes import (
+    LIST_TOPIC_CONFIG_KEYS,
+    Changes,
+    ConfigChangeRefused,
+    check_storage_unchanged,
+    incremental_changes,
+    replacement_changes,
+)
 
 __all__ = ["AdminApis"]
 
@@ -23,10 +34,16 @@ CONFIG_SOURCE_DEFAULT = 5
 CONFIG_TYPE_BOOLEAN = 1
 CONFIG_TYPE_STRING = 2
 CONFIG_TYPE_LONG = 5
+# The controller's names of the config resources AlterConfigs / IncrementalAlterConfigs change.
+_CONFIG_RESOURCE_KINDS = {RESOURCE_TOPIC: "topic", RESOURCE_BROKER: "broker"}
+#: Resources one AlterConfigs / IncrementalAlterConfigs request may name (each is one
+#: controller write).
+MAX_CONFIG_RESOURCES = 1_000
 
 
 class AdminApis(KafkaApisBase):
-    """CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs."""
+    """CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs and
+    IncrementalAlterConfigs."""
 
     # -- CreateTopics, DeleteTopics, CreatePartitions -----------------------------------------
 
@@ -212,6 +229,96 @@ class AdminApis(KafkaApisBase):
         ]
         return result
 
+    # -- AlterConfigs, IncrementalAlterConfigs -----------------------------------------------
+
+    async def _alter_configs(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        """Kafka's legacy AlterConfigs: each resource's configs replace all of its overrides.
+
+        The change set is computed against this broker's image, which shows at least every
+        change made through this broker; a change made through another broker a moment ago
+        may not be in it yet, and an override it set would then survive the replacement."""
+        return await self._alter_config_resources(body, incremental=False)
+
+    async def _incremental_alter_configs(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        return await self._alter_config_resources(body, incremental=True)
+
+    async def _alter_config_resources(
+        self, body: dict[str, Any], *, incremental: bool
+    ) -> dict[str, Any]:
+        resources = body["resources"]
+        named = Counter((item["resource_type"], item["resource_name"]) for item in resources)
+        validate_only = body.get("validate_only", False)
+        responses = []
+        for resource in resources:
+            kind = resource["resource_type"]
+            name = resource["resource_name"]
+            try:
+                if len(resources) > MAX_CONFIG_RESOURCES:
+                    raise ConfigChangeRefused(
+                        ErrorCode.INVALID_REQUEST,
+                        f"{len(resources)} resources in one request; at most "
+                        f"{MAX_CONFIG_RESOURCES}",
+                    )
+                if named[(kind, name)] > 1:
+                    raise ConfigChangeRefused(ErrorCode.INVALID_REQUEST, "resource named twice")
+                changes = self._config_changes(resource, incremental=incremental)
+            except ConfigChangeRefused as refused:
+                responses.append(_alter_result(kind, name, refused.error_code, refused.message))
+                continue
+            answer = await self._forward(
+                "POST",
+                "/controller/configs",
+                {
+                    "resource_type": _CONFIG_RESOURCE_KINDS[kind],
+                    "resource_name": name,
+                    "changes": changes,
+                    "validate_only": validate_only,
+                },
+            )
+            if answer["error_code"] == ErrorCode.NONE and not validate_only:
+                log.info(
+                    "altered configs of %s %r: %s", _CONFIG_RESOURCE_KINDS[kind], name, changes
+                )
+            responses.append(
+                _alter_result(kind, name, answer["error_code"], answer["error_message"])
+            )
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    def _config_changes(self, resource: dict[str, Any], *, incremental: bool) -> Changes:
+        """The resource's change set against its current overrides in this broker's image."""
+        kind = resource["resource_type"]
+        name = resource["resource_name"]
+        if kind == RESOURCE_TOPIC:
+            topic = self._image.topics.get(name)
+            if topic is None:
+                raise ConfigChangeRefused(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+                )
+            current = topic.config_dict()
+            defaults = self._replicas.topic_config({}).values
+            list_keys = LIST_TOPIC_CONFIG_KEYS
+        elif kind == RESOURCE_BROKER:
+            current = dict(self._image.broker_configs.get(name, ()))
+            defaults = {}
+            list_keys = frozenset()
+        else:
+            raise ConfigChangeRefused(
+                ErrorCode.INVALID_REQUEST,
+                f"resource type {kind} is not supported (topic {RESOURCE_TOPIC} and broker "
+                f"{RESOURCE_BROKER} are)",
+            )
+        if incremental:
+            changes = incremental_changes(
+                current, resource["configs"], defaults=defaults, list_keys=list_keys
+            )
+        else:
+            changes = replacement_changes(current, resource["configs"])
+        if kind == RESOURCE_TOPIC:
+            check_storage_unchanged(current, changes, default_storage=defaults["storage"])
+        return changes
+
     def _broker_configs(self) -> list[tuple[str, str]]:
         config = self._config
         pairs = {
@@ -260,4 +367,13 @@ def _create_result(name: str, error: ErrorCode, message: str | None) -> dict[str
         "num_partitions": -1,
         "replication_factor": -1,
         "configs": None,
+    }
+
+
+def _alter_result(kind: int, name: str, error: int, message: str | None) -> dict[str, Any]:
+    return {
+        "error_code": error,
+        "error_message": message,
+        "resource_type": kind,
+        "resource_name": name,
     }

@@ -5,8 +5,9 @@ in the version ranges of ``ADVERTISED_VERSIONS`` (a subset of what the codec imp
 returns the encoded response frame.
 
 Reads of cluster state (Metadata, DescribeCluster, DescribeConfigs) answer from this broker's
-metadata image. Admin writes (CreateTopics, DeleteTopics, CreatePartitions, auto-creation) are
-forwarded to the active controller, and answered once this broker's image shows their effect.
+metadata image. Admin writes (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
+IncrementalAlterConfigs, auto-creation) are forwarded to the active controller, and answered
+once this broker's image shows their effect.
 Produce, Fetch and ListOffsets are served only by a partition's leader in a compatible leader
 epoch; other brokers answer ``NOT_LEADER_OR_FOLLOWER``, a stale client epoch gets
 ``FENCED_LEADER_EPOCH``. Per-partition problems become per-partition error codes; nothing a
@@ -14,9 +15,9 @@ client sends can make the broker drop data it already acknowledged.
 
 The handlers are mixins, one module per API family: ``metadata`` (Metadata, DescribeCluster),
 ``produce``, ``fetch`` (Fetch, ListOffsets), ``admin`` (CreateTopics, DeleteTopics,
-CreatePartitions, DescribeConfigs), ``groups`` (the group coordinator's APIs) and
-``producer_ids`` (InitProducerId); ``common`` holds the state they share. ApiVersions is
-answered here, from ``ADVERTISED_VERSIONS``.
+CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), ``groups`` (the
+group coordinator's APIs) and ``producer_ids`` (InitProducerId); ``common`` holds the state
+they share. ApiVersions is answered here, from ``ADVERTISED_VERSIONS``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ _IMPLEMENTED_APIS = (
     ApiKey.DELETE_TOPICS,
     ApiKey.CREATE_PARTITIONS,
     ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.ALTER_CONFIGS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS,
     ApiKey.DESCRIBE_CLUSTER,
     ApiKey.INIT_PRODUCER_ID,
     ApiKey.FIND_COORDINATOR,
@@ -104,6 +107,8 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, Prod
             ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
             ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
+            ApiKey.ALTER_CONFIGS: self._alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
             ApiKey.SYNC_GROUP: self._sync_group,
             ApiKey.HEARTBEAT: self._heartbeat,

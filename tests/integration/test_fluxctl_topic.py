@@ -13,8 +13,13 @@ from click.testing import CliRunner, Result
 from flux.cli._bootstrap import DEFAULT_BOOTSTRAP, default_bootstrap
 from flux.cli.client_commands import consume, produce
 from flux.cli.topic import topic
+from flux.protocol.api import ApiKey
+from flux.protocol.errors import ErrorCode
 from flux.protocol.partitioner import partition_for_key
+from flux.protocol.records import build_batch
+from flux.sdk.wire import KafkaConnection
 
+from tests.integration import cluster_helpers, helpers
 from tests.integration.helpers import wait_until
 
 pytestmark = pytest.mark.integration
@@ -195,3 +200,125 @@ def test_produce_and_consume_commands(broker) -> None:
     # Without --from-beginning it starts at the end: nothing new arrives before the idle timeout.
     tail = ok(run("consume", "cli-io", "--idle-timeout", "0.2", bootstrap=bootstrap))
     assert tail.stdout == ""
+
+
+def _topic_overrides(bootstrap: str, name: str) -> dict[str, str]:
+    """``name``'s config overrides as the broker at ``bootstrap`` reports them."""
+    with KafkaConnection.from_bootstrap(bootstrap) as conn:
+        answer = conn.request(
+            ApiKey.DESCRIBE_CONFIGS,
+            4,
+            {
+                "resources": [
+                    {"resource_type": 2, "resource_name": name, "configuration_keys": None}
+                ]
+            },
+        )
+    (result,) = answer["results"]
+    assert result["error_code"] == ErrorCode.NONE, result
+    return {c["name"]: c["value"] for c in result["configs"] if c["config_source"] == 1}
+
+
+def test_alter_config_sets_and_deletes(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    ok(run("topic", "create", "tuned", "--config", "retention.ms=60000",
+           "--config", "segment.bytes=1048576", bootstrap=bootstrap))  # fmt: skip
+    altered = ok(
+        run("topic", "alter-config", "tuned", "--set", "retention.ms=120000",
+            "--set", "cleanup.policy=compact,delete", "--delete", "segment.bytes",
+            bootstrap=bootstrap)
+    )  # fmt: skip
+    assert altered.stdout.strip() == (
+        "Altered configs of topic tuned: set retention.ms=120000, "
+        "set cleanup.policy=compact,delete, deleted segment.bytes"
+    )
+    expected = {"retention.ms": "120000", "cleanup.policy": "compact,delete"}
+    assert _topic_overrides(bootstrap, "tuned") == expected
+
+    as_json = json.loads(
+        ok(run("topic", "alter-config", "tuned", "--set", "flush.ms=5000", "--json",
+               bootstrap=bootstrap)).stdout
+    )  # fmt: skip
+    assert as_json == {
+        "name": "tuned",
+        "set": {"flush.ms": "5000"},
+        "deleted": [],
+        "validate_only": False,
+        "configs": {**expected, "flush.ms": "5000"},
+    }
+    checked = ok(
+        run("topic", "alter-config", "tuned", "--delete", "flush.ms", "--validate-only",
+            bootstrap=bootstrap)
+    )  # fmt: skip
+    assert checked.stdout.startswith("Validated configs of topic tuned")
+    assert _topic_overrides(bootstrap, "tuned")["flush.ms"] == "5000"
+
+
+@pytest.mark.parametrize(
+    ("args", "exit_code", "message"),
+    [
+        (["ghost", "--set", "retention.ms=1"], 1, "Error: topic 'ghost' does not exist"),
+        (["tuned", "--set", "retention.ms=soon"], 1, "retention.ms"),
+        (["tuned", "--set", "no.such.key=1"], 1, "no.such.key"),
+        (["tuned", "--delete", "no.such.key"], 1, "no.such.key"),
+        (["tuned"], 2, "nothing to change"),
+        (["tuned", "--set", "flush.ms=1", "--delete", "flush.ms"], 2, "flush.ms"),
+        (["tuned", "--set", "novalue"], 2, "--set expects KEY=VALUE"),
+    ],
+)
+def test_alter_config_errors(broker, args, exit_code, message) -> None:
+    ok(run("topic", "create", "tuned", "--config", "retention.ms=60000",
+           bootstrap=broker.bootstrap_servers))  # fmt: skip
+    result = run("topic", "alter-config", *args, bootstrap=broker.bootstrap_servers)
+    assert result.exit_code == exit_code, result.output
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+    assert _topic_overrides(broker.bootstrap_servers, "tuned") == {"retention.ms": "60000"}
+
+
+def test_alter_config_reaches_every_replica_without_a_restart(cluster_factory) -> None:
+    """A config change made through one broker becomes every broker's effective config: each
+    reports it in DescribeConfigs, and each partition leader (one per broker) enforces it."""
+    nodes = cluster_factory(3)
+    by_id = {node.node_id: node for node in nodes}
+    created = cluster_helpers.create_topic(nodes[0], "spread", 3, 3, retention_ms="60000")
+    assert created["error_code"] == ErrorCode.NONE, created
+
+    def leaders_everywhere() -> dict[int, int] | None:
+        views = [cluster_helpers.metadata(node, ["spread"])["topics"][0] for node in nodes]
+        if any(view["error_code"] or len(view["partitions"]) != 3 for view in views):
+            return None
+        leaders = {p["partition_index"]: p["leader_id"] for p in views[0]["partitions"]}
+        return leaders if all(leader in by_id for leader in leaders.values()) else None
+
+    leaders = wait_until(leaders_everywhere)
+    assert sorted(leaders.values()) == sorted(by_id), leaders  # each broker leads one
+
+    def produce_everywhere() -> dict[int, int]:
+        """Partition -> error code of a 2 KB record produced to its leader."""
+        codes = {}
+        for partition, leader in leaders.items():
+            with KafkaConnection.from_bootstrap(by_id[leader].bootstrap_servers) as conn:
+                batch = build_batch([(b"k", b"v" * 2048, ())])
+                answer = helpers.produce(conn, "spread", batch, partition=partition)
+                codes[partition] = answer["error_code"]
+        return codes
+
+    assert set(produce_everywhere().values()) == {ErrorCode.NONE}
+    bootstrap = nodes[0].bootstrap_servers
+    ok(run("topic", "alter-config", "spread", "--set", "max.message.bytes=512",
+           "--set", "retention.ms=90000", bootstrap=bootstrap))  # fmt: skip
+    changed = {"retention.ms": "90000", "max.message.bytes": "512"}
+    for node in nodes:
+        wait_until(lambda node=node: _topic_overrides(node.bootstrap_servers, "spread") == changed)
+    wait_until(lambda: set(produce_everywhere().values()) == {ErrorCode.MESSAGE_TOO_LARGE})
+
+    ok(run("topic", "alter-config", "spread", "--delete", "max.message.bytes",
+           bootstrap=bootstrap))  # fmt: skip
+    for node in nodes:
+        wait_until(
+            lambda node=node: (
+                _topic_overrides(node.bootstrap_servers, "spread") == {"retention.ms": "90000"}
+            )
+        )
+    wait_until(lambda: set(produce_everywhere().values()) == {ErrorCode.NONE})

@@ -664,6 +664,82 @@ def test_kafka_python_list_offsets_create_delete_describe() -> None:
         assert ours == _kafka_python_frame(theirs, 5, "kp")
 
 
+ALTER_CONFIGS_BODY = {
+    "resources": [
+        {
+            "resource_type": 2,
+            "resource_name": "t",
+            "configs": [{"name": "a", "value": "1"}, {"name": "b", "value": None}],
+        }
+    ],
+    "validate_only": True,
+}
+ALTER_CONFIGS_V0 = h(
+    "0021 0000 | 00000001 | 0001 63"  # header v1, client_id "c"
+    "| 00000001 | 02 | 0001 74"  # one resource: topic (2) "t"
+    "| 00000002 | 0001 61 | 0001 31 | 0001 62 | ffff"  # a=1, b=null (delete)
+    "| 01"  # validate_only
+)
+# v2 is flexible: header v2, compact arrays and strings (length + 1), tagged-field sections.
+ALTER_CONFIGS_V2 = h(
+    "0021 0002 | 00000001 | 0001 63 | 00"
+    "| 02 | 02 | 02 74"
+    "| 03 | 02 61 | 02 31 | 00 | 02 62 | 00 | 00"
+    "| 00 | 01 | 00"
+)
+
+
+def test_alter_configs_requests_of_every_version() -> None:
+    """AlterConfigs (33) v0-v2: literal bytes, and the same bytes kafka-python writes."""
+    from kafka.protocol.admin import AlterConfigsRequest as A
+
+    assert decode_request(ALTER_CONFIGS_V0) == (RequestHeader(33, 0, 1, "c"), ALTER_CONFIGS_BODY)
+    assert decode_request(ALTER_CONFIGS_V2) == (RequestHeader(33, 2, 1, "c"), ALTER_CONFIGS_BODY)
+    assert encode_request(33, 0, 1, "c", ALTER_CONFIGS_BODY) == sized(ALTER_CONFIGS_V0)
+    assert encode_request(33, 2, 1, "c", ALTER_CONFIGS_BODY) == sized(ALTER_CONFIGS_V2)
+    config = A.AlterConfigsResource.AlterableConfig
+    for version in (0, 1, 2):
+        theirs = A[version](
+            resources=[
+                A.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name="t",
+                    configs=[config(name="a", value="1"), config(name="b", value=None)],
+                )
+            ],
+            validate_only=True,
+        )
+        ours = encode_request(33, version, 1, "c", ALTER_CONFIGS_BODY)
+        assert ours == _kafka_python_frame(theirs, 1, "c")
+        assert decode_request(ours[4:]) == (RequestHeader(33, version, 1, "c"), ALTER_CONFIGS_BODY)
+
+
+def test_alter_configs_responses_of_every_version() -> None:
+    from kafka.protocol.admin import AlterConfigsResponse
+
+    body = {
+        "throttle_time_ms": 0,
+        "responses": [
+            {"error_code": 0, "error_message": None, "resource_type": 2, "resource_name": "t"},
+            {
+                "error_code": 40,
+                "error_message": "topic config retention.ms: expected an integer",
+                "resource_type": 2,
+                "resource_name": "u",
+            },
+        ],
+    }
+    for version in (0, 1, 2):
+        frame = encode_response(RequestHeader(33, version, 8, None), body)
+        assert decode_response(33, version, frame[4:]) == (8, body)
+        theirs = AlterConfigsResponse.decode(frame[4:], version=version, header=True)
+        assert [r.error_message for r in theirs.responses] == [
+            None,
+            "topic config retention.ms: expected an integer",
+        ]
+        assert bytes(theirs.encode(header=True, framed=True)) == frame
+
+
 def test_kafka_python_api_versions_request_v3() -> None:
     from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
