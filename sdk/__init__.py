@@ -10,6 +10,8 @@ shape.
   auto commits, ``poll`` / ``getmany``, iteration, and the runtime API
   ``run(each_message=..., each_batch=..., on_assign=..., on_revoke=...)``.
 * ``AsyncAdmin`` / ``Admin`` — topics, partitions, configs, offsets, groups, the cluster.
+* ``AsyncTableView`` / ``TableView`` — the latest value per key of a (compacted) topic, loaded
+  on ``start`` and kept up to date by a background reader, like Kafka Streams' GlobalKTable.
 * ``ClusterClient`` — metadata-driven routing with bounded retries, under all of them.
 * ``flux.sdk.errors`` — the exception tree (``KafkaError`` subclasses carry the error code).
 * ``SimpleProducer`` / ``SimpleConsumer`` / ``GroupConsumer`` — earlier blocking APIs kept as
@@ -53,6 +55,7 @@ from flux.sdk.errors import (
     KafkaError,
     MessageTooLargeError,
     NotLeaderError,
+    TableViewError,
     TopicAlreadyExistsError,
     UnknownTopicError,
 )
@@ -61,6 +64,7 @@ from flux.sdk.messages import ConsumedRecord, Message, RecordMetadata, TopicPart
 from flux.sdk.metadata import RetryPolicy
 from flux.sdk.producer import AsyncProducer, Producer
 from flux.sdk.simple import SimpleConsumer, SimpleProducer
+from flux.sdk.table import AsyncTableView, TableView
 
 __all__ = [
     "Admin",
@@ -68,6 +72,7 @@ __all__ = [
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncProducer",
+    "AsyncTableView",
     "BrokerDescription",
     "ClusterClient",
     "ClusterDescription",
@@ -96,6 +101,8 @@ __all__ = [
     "SimpleConsumer",
     "SimpleProducer",
     "Subscription",
+    "TableView",
+    "TableViewError",
     "TopicAlreadyExistsError",
     "TopicDescription",
     "TopicPartition",

@@ -87,7 +87,7 @@ from .errors import (
     UnknownTopicError,
     error_for,
 )
-from .messages import ConsumedRecord, TopicPartition, decode_fetched
+from .messages import ConsumedRecord, TopicPartition, decode_fetched, fetched_end
 from .metadata import RetryBudget, RetryPolicy
 
 __all__ = ["AsyncConsumer", "Consumer", "TopicPartition"]
@@ -128,6 +128,15 @@ _TRANSIENT_ERRORS = (
     CoordinatorError,
     GroupMembershipError,
 )
+
+
+class _Buffer(deque[ConsumedRecord]):
+    """Fetched records of one partition not handed out yet, and the offset after the batches
+    they came in (the position once they are all handed out)."""
+
+    def __init__(self, records: list[ConsumedRecord], end: int) -> None:
+        super().__init__(records)
+        self.end = end
 
 
 class AsyncConsumer:
@@ -215,7 +224,7 @@ class AsyncConsumer:
         self._rejoin_reason: ErrorCode | None = None
         self._positions: dict[TopicPartition, int] = {}
         self._resets: dict[TopicPartition, int] = {}  # partition -> timestamp to reset to
-        self._buffers: dict[TopicPartition, deque[ConsumedRecord]] = {}
+        self._buffers: dict[TopicPartition, _Buffer] = {}
         # Leader id -> its fetch in flight, and the partitions that fetch asks for.
         self._fetches: dict[int, asyncio.Task[None]] = {}
         self._fetching: dict[int, frozenset[TopicPartition]] = {}
@@ -409,11 +418,13 @@ class AsyncConsumer:
             else:
                 records = [buffer.popleft() for _ in range(max_records - count)]
             count += len(records)
-            if not buffer:
-                self._buffers.pop(tp)
             if records:
                 taken[tp] = records
                 self._positions[tp] = records[-1].offset + 1
+            if not buffer:
+                self._buffers.pop(tp)
+                if isinstance(buffer, _Buffer) and buffer.end > self._positions[tp]:
+                    self._positions[tp] = buffer.end
         return taken
 
     async def _wait_for_fetches(self, timeout_s: float) -> None:
@@ -517,8 +528,11 @@ class AsyncConsumer:
                 code = ErrorCode.from_code(result["error_code"])
                 if code is ErrorCode.NONE:
                     records = decode_fetched(result["records"], tp.topic, tp.partition, position)
+                    end = fetched_end(result["records"])
                     if records:
-                        self._buffers[tp] = deque(records)
+                        self._buffers[tp] = _Buffer(records, end)
+                    elif end > position:
+                        self._positions[tp] = end  # batches with nothing to hand out
                 elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
                     log.info("%s-%d: offset %d out of range, resetting", *tp, position)
                     self._reset(tp, _EARLIEST_TIMESTAMP if self.read_old else _LATEST_TIMESTAMP)

@@ -9,6 +9,8 @@ Exception tree (everything the SDK raises on purpose derives from ``FluxError``)
     ├── FluxTimeoutError                 a request or a delivery did not complete in time; the
     │                                    outcome is unknown (a produce may have been written)
     ├── FluxProtocolError                a broker answered with bytes the codec cannot decode
+    ├── TableViewError                   a table view stopped following its topic (the cause is
+    │                                    chained: its on_change raised, the topic was deleted, ...)
     └── KafkaError(code, message)        a broker answered with a Kafka error code
         ├── UnknownTopicError                3 UNKNOWN_TOPIC_OR_PARTITION, 100 UNKNOWN_TOPIC_ID
         ├── TopicAlreadyExistsError         36
@@ -92,6 +94,7 @@ __all__ = [
     "PolicyViolationError",
     "ProducerStateError",
     "RequestTimedOutError",
+    "TableViewError",
     "TopicAlreadyExistsError",
     "TopicDeletionDisabledError",
     "UnknownLeaderEpochError",
@@ -130,6 +133,11 @@ class FluxTimeoutError(FluxError):
 
 class FluxProtocolError(FluxError):
     """A broker sent a response this client cannot decode (the connection is dropped)."""
+
+
+class TableViewError(FluxError):
+    """A table view (``flux.sdk.table``) stopped following its topic and no longer serves its
+    table; ``__cause__`` is what stopped it."""
 
 
 class KafkaError(FluxError):

@@ -29,6 +29,8 @@ __all__ = [
     "RETRY_TIMEOUT_S",
     "POLL_RECORDS_MAX",
     "SEND_BATCH_RECORDS_MAX",
+    "TABLE_KEYS_DEFAULT",
+    "TABLE_KEYS_MAX",
     "UNKNOWN_TOPIC_RETRY_TIMEOUT_S",
 ]
 
@@ -86,3 +88,8 @@ IN_FLIGHT_REQUESTS_MAX = 10_000
 #: Consumer bounds: records one poll may return; attempts of a failing ``run`` handler.
 POLL_RECORDS_MAX = 100_000
 HANDLER_ATTEMPTS_MAX = 1_000
+
+#: A table view (``flux.sdk.table``) holds at most ``max_keys`` keys in memory: this many by
+#: default, and ``max_keys`` may be configured up to ``TABLE_KEYS_MAX``.
+TABLE_KEYS_DEFAULT = 10_000_000
+TABLE_KEYS_MAX = 1_000_000_000

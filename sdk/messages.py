@@ -136,6 +136,20 @@ _set_value = ConsumedRecord.value.__set__  # type: ignore[attr-defined]
 _set_headers = ConsumedRecord.headers.__set__  # type: ignore[attr-defined]
 
 
+def fetched_end(records_data: bytes | None) -> int:
+    """The offset after the last whole batch of a Fetch answer (-1: none). A consumer moves
+    there once it has handed out the records: a compacted batch keeps its offset span when
+    records leave it, and an emptied one holds none, so the last record returned may lie
+    well before the batch's end (Kafka's consumers move by the batch, too)."""
+    end = -1
+    try:
+        for header, _batch in iter_batches(records_data or b""):
+            end = header.next_offset
+    except CorruptRecordError:
+        return -1
+    return end
+
+
 def decode_fetched(
     records_data: bytes | None, topic: str, partition: int, offset: int
 ) -> list[ConsumedRecord]:
