@@ -702,10 +702,11 @@ class MetadataDelta:
         for name in self.changed_topics:
             topic = self.new.topics[name]
             old_topic = self.old.topic_by_id(topic.topic_id)
+            old_partitions = old_topic.partitions if old_topic is not None else ()
             for index, state in enumerate(topic.partitions):
-                old_state = None
-                if old_topic is not None and index < len(old_topic.partitions):
-                    old_state = old_topic.partitions[index]
+                old_state = old_partitions[index] if index < len(old_partitions) else None
+                if old_state is state:
+                    continue  # images share unchanged partitions: nothing moved here
                 role = _role_change(broker_id, old_state, state)
                 if role == "leader":
                     leader.append((topic, index, state))

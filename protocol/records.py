@@ -539,25 +539,62 @@ def record_keys(batch: Buffer) -> tuple[BatchHeader, bytes, list[KeyedRecord]]:
         if header.compression is Compression.NONE
         else decompress(header.compression, payload)
     )
+    # The varints written out for their one-byte form (nearly every length and delta), as in
+    # ``_decode_record_list``: this is the log cleaner's inner loop.
     read = _read_varint
     records: list[KeyedRecord] = []
+    append = records.append
     pos = 0
     end = len(data)
     base = header.base_offset
     try:
         for index in range(header.records_count):
             start = pos
-            length, pos = read(data, pos, _VARINT_MAX_SHIFT)
+            byte = data[pos]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[pos + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                length, pos = read(data, pos, _VARINT_MAX_SHIFT)
             record_end = pos + length
             if length < 0 or record_end > end:
                 raise CorruptRecordError(
                     f"record {index} claims {length} bytes, {end - pos} remain in the batch"
                 )
-            _, pos = read(data, pos + 1, _VARLONG_MAX_SHIFT)  # attributes, timestampDelta
-            offset_delta, pos = read(data, pos, _VARINT_MAX_SHIFT)
-            key, pos = _read_bytes(data, pos, record_end, "key")
-            value_length, pos = read(data, pos, _VARINT_MAX_SHIFT)
-            records.append((base + offset_delta, key, value_length < 0, start, record_end))
+            pos += 1  # attributes
+            if data[pos] < 0x80:  # timestampDelta
+                pos += 1
+            else:
+                _, pos = read(data, pos, _VARLONG_MAX_SHIFT)
+            byte = data[pos]
+            if byte < 0x80:
+                offset_delta = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[pos + 1] << 7)
+                offset_delta = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                offset_delta, pos = read(data, pos, _VARINT_MAX_SHIFT)
+            byte = data[pos]
+            if byte == 1:  # zigzag -1: no key
+                key = None
+                pos += 1
+            else:
+                if byte < 0x80:
+                    key_length = byte >> 1 if not byte & 1 else -1
+                    pos += 1
+                else:
+                    key_length, pos = read(data, pos, _VARINT_MAX_SHIFT)
+                if key_length < 0 or pos + key_length > record_end:
+                    raise CorruptRecordError(f"key of record {index} runs past its record")
+                key = data[pos : pos + key_length]
+                pos += key_length
+            append((base + offset_delta, key, data[pos] == 1, start, record_end))
             pos = record_end
     except IndexError as exc:
         raise CorruptRecordError(f"malformed record: {exc}") from exc

@@ -831,7 +831,7 @@ class PartitionLog(_SegmentedLog):
         and move the cleaner checkpoint. False, and nothing changed, if the log's segments are
         no longer those the clean read (retention, truncation or another clean came first)."""
         hook = crash_hook or (lambda _step: None)
-        work = self._directory / CLEANING_DIRECTORY
+        work = result.work_directory or self._directory / CLEANING_DIRECTORY
         try:
             if self._closed or not self._still_holds(result):
                 return False

@@ -4,8 +4,9 @@ Every ``backoff_ms`` (sooner when the last pass cleaned something) it looks at t
 of compacted topics this broker hosts, leader or follower alike (replicas compact
 independently, as in Kafka), plans a clean of each (``flux.storage.compaction.plan_clean``:
 only below the replica's high watermark) and cleans the one that needs it most (a forced
-clean first, then the largest dirty ratio). The map and rewrite run on a worker thread; the
-swap runs on the event loop, which owns the log, and is refused if the log changed meanwhile
+clean first, then the largest dirty ratio). The map and rewrite run in a worker process at a
+lower priority (``worker.py``: a thread would fight the event loop for the interpreter lock);
+the swap runs on the event loop, which owns the log, and is refused if the log changed meanwhile
 (retention, truncation, deletion). An error in one clean is logged and counted and the
 cleaner goes on with the others.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,7 @@ from flux.storage.compaction.planner import CleanPlan, LogView
 from ..replication.partition import Partition
 from ..replication.replica_manager import ReplicaManager
 from .codec import RECORD_CODEC
+from .worker import CleanerProcess, reattach
 
 __all__ = ["LogCleanerService", "PartitionCleanState"]
 
@@ -50,6 +53,7 @@ class LogCleanerService:
         io_max_bytes_per_second: int,
         backoff_ms: int,
         metrics: Any = None,
+        in_process: bool = False,
     ) -> None:
         self._replicas = replicas
         self._backoff_s = backoff_ms / 1000
@@ -58,6 +62,16 @@ class LogCleanerService:
             RECORD_CODEC,
             dedupe_buffer_bytes=dedupe_buffer_bytes,
             io_max_bytes_per_second=io_max_bytes_per_second,
+        )
+        # Cleans run in a worker process (see worker.py); ``in_process`` keeps them on a
+        # thread of this one (tests of the service itself).
+        self._process = (
+            None
+            if in_process
+            else CleanerProcess(
+                dedupe_buffer_bytes=dedupe_buffer_bytes,
+                io_max_bytes_per_second=io_max_bytes_per_second,
+            )
         )
         self.states: dict[tuple[str, int], PartitionCleanState] = {}
         self._task: asyncio.Task[None] | None = None
@@ -74,6 +88,8 @@ class LogCleanerService:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._process is not None:
+            await asyncio.to_thread(self._process.close)
 
     async def _run_forever(self) -> None:
         while True:
@@ -120,15 +136,28 @@ class LogCleanerService:
         keep = partition.producers.last_batch_offsets()
         started = time.monotonic()
         try:
-            result = await asyncio.to_thread(self.cleaner.clean, view, plan, keep)
+            if self._process is not None:
+                result = reattach(
+                    await asyncio.wrap_future(self._process.submit(view, plan, keep)), view, plan
+                )
+            else:
+                result = await asyncio.to_thread(self.cleaner.clean, view, plan, keep)
             installed = partition.log.install_cleaned(result)
+        except BrokenProcessPool as error:
+            log.error(
+                "cleaning %s failed: the cleaner process died (%s); restarting it", name, error
+            )
+            assert self._process is not None
+            self._process.restart()
+            self._count("errors", 1)
+            return False
         except Exception as error:  # noqa: BLE001 - one log's failure must not stop the rest
             log.error("cleaning %s failed: %s", name, error)
             self._count("errors", 1)
             return False
         if not installed:
             log.info("cleaning %s: the log changed meanwhile; will retry", name)
-            return True
+            return False  # after the backoff: a log that keeps changing is not cleaned in a loop
         seconds = time.monotonic() - started
         state = self.states.setdefault((partition.topic, partition.index), PartitionCleanState())
         state.last_clean_ms = now_ms

@@ -176,6 +176,46 @@ class FetchApis(KafkaApisBase):
             result["old_style_offsets"] = [result["offset"]]
         return result
 
+    async def _delete_records(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        """DeleteRecords (21): move each partition's log start offset up to the given offset
+        (-1: the high watermark); whole segments below it go at once. The leader answers
+        with its new log start (Kafka's low watermark) as soon as it moved; followers adopt
+        it with their next fetch answer (Kafka waits for them; Flux does not)."""
+        topics = []
+        for topic in body["topics"]:
+            partitions = [
+                self._delete_records_of(topic["name"], request) for request in topic["partitions"]
+            ]
+            topics.append({"name": topic["name"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    def _delete_records_of(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        index = request["partition_index"]
+        result = {"partition_index": index, "low_watermark": -1, "error_code": ErrorCode.NONE}
+        found = self._replicas.partition_for_leader(name, index, -1)
+        if isinstance(found, ErrorCode):
+            result["error_code"] = found
+            return result
+        partition = found
+        offset = request["offset"]
+        if offset == -1:
+            offset = partition.high_watermark
+        if not 0 <= offset <= partition.high_watermark:
+            result["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+            return result
+        try:
+            start = partition.log.delete_records_before(offset)
+        except OSError as error:
+            log.error("DeleteRecords on %s-%d failed: %s", name, index, error)
+            result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+            return result
+        partition.epochs.truncate_from_start(start)
+        partition.producers.truncate_before(start)
+        partition.on_change(partition)
+        partition.notify_sessions(urgent=True)  # followers adopt the new log start now
+        result["low_watermark"] = start
+        return result
+
     def _offset_for_timestamp(self, partition: Partition, timestamp: int) -> tuple[int, int] | None:
         found = partition.log.offset_for_timestamp(timestamp)
         if found is None:

@@ -14,8 +14,9 @@ divergent tail to where the leader says the common history ends, or restart an e
 the leader no longer has what this replica needs. A partition answered with an error is named
 again after ``ERROR_BACKOFF_S`` (the request then waits no longer than that).
 
-The partitions followed from each leader are regrouped on every metadata image (a pass over
-this broker's partitions per image change, never per round). A change for a leader whose
+The partitions followed from each leader are regrouped on every metadata image that moved a
+leader or a replica of this broker (a pass over this broker's partitions then, never per round;
+an ISR or config change costs nothing here). A change for a leader whose
 request is parked is sent at once as a second request, which ends the parked one's wait.
 """
 
@@ -84,8 +85,8 @@ class ReplicaFetcherManager:
         return self._replicas.image
 
     def _on_image(self, image: MetadataImage) -> None:
-        if self.stopping:
-            return
+        if self.stopping or not self._replicas.roles_changed:
+            return  # an ISR or config change: every partition follows the same leader as before
         groups: dict[int, dict[TopicPartition, Partition]] = {}
         for partition in self._replicas.partitions():
             leader = partition.state.leader

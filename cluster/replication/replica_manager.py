@@ -72,6 +72,7 @@ class ReplicaManager:
     def __init__(self, config: NodeConfig) -> None:
         self._config = config
         self._broker_id = config.node.id
+        self.roles_changed = True
         self._data_dir = config.data_dir
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self._checkpoints = CheckpointStore(self._data_dir / "node-state.lmdb")
@@ -127,6 +128,9 @@ class ReplicaManager:
         roles = delta.partition_roles(self._broker_id)
         first_image = old_image.version == 0
         self.image = new_image
+        #: Whether the last image moved a leader or a replica of this broker's partitions
+        #: (listeners that group partitions by leader skip images that did not).
+        self.roles_changed = first_image or bool(roles.leader or roles.follower or roles.removed)
         # Nothing is served while this (synchronous) method runs, so the epochs it assigns are
         # durable before any batch of theirs is appended or answered. (Removals come first, so
         # no write here revives a removed replica's.)

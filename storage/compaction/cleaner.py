@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,8 @@ class CleanResult:
     records_removed: int = 0
     map_entries: int = 0
     seconds: float = 0.0
+    #: Where the cleaned segments wait for ``PartitionLog.install_cleaned``.
+    work_directory: Path | None = None
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -194,9 +197,13 @@ class LogCleaner:
         mapped_end = self._map(plan, dedupe, keep, throttle, result)
         result.cleaned_through = mapped_end
         result.map_entries = len(dedupe)
-        work = view.directory / CLEANING_DIRECTORY
-        shutil.rmtree(work, ignore_errors=True)
+        # A directory of this clean's own: a clean left running by a broker that died (its
+        # worker process outliving it) can never write into the files of a later one.
+        for stale in view.directory.glob(CLEANING_DIRECTORY + "*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        work = view.directory / f"{CLEANING_DIRECTORY}-{uuid.uuid4().hex[:12]}"
         work.mkdir()
+        result.work_directory = work
         config = view.config
         for sources in _groups(plan, mapped_end, view.cleaned_through, config.segment_bytes):
             previously_cleaned = sources[-1].next_offset <= view.cleaned_through
@@ -257,9 +264,7 @@ class LogCleaner:
                     keep.update(last_of_producer.values())
                     return mapped_end
                 _, _, records = self._codec.record_keys(batch)
-                for offset, key, _tombstone, _start, _end in records:
-                    if key is not None:
-                        dedupe.put(key, offset)
+                dedupe.put_all(records)
                 mapped_end = last + 1
         keep.update(last_of_producer.values())
         return mapped_end

@@ -168,6 +168,14 @@ class DedupeMap:
     def put(self, key: bytes, offset: int) -> None:
         self._offsets[self._slot(key)] = offset
 
+    def put_all(self, records: Sequence[KeyedRecord]) -> None:
+        """``put`` of every keyed record of a batch (the map pass's inner loop, inlined)."""
+        offsets = self._offsets
+        for record in records:
+            key = record[1]
+            if key is not None:
+                offsets[key if len(key) <= 32 else self._slot(key)] = record[0]
+
     def latest(self, key: bytes) -> int | None:
         return self._offsets.get(self._slot(key))
 
@@ -180,10 +188,12 @@ def surviving(
     (a compacted topic refuses them at produce; ones written before the topic became
     compacted are never lost by a clean)."""
     kept = []
+    offsets = dedupe._offsets
+    slot = dedupe._slot
     for record in records:
         key = record[1]
         if key is not None:
-            latest = dedupe.latest(key)
+            latest = offsets.get(key if len(key) <= 32 else slot(key))
             if latest is not None and latest > record[0]:
                 continue
             if record[2] and drop_tombstones:

@@ -1,7 +1,8 @@
 """The files of a clean: where cleaned segments are written, and how they replace the old ones.
 
-A clean writes each cleaned segment (``.log`` with its ``.index`` and ``.timeindex``) into the
-partition's ``.cleaning/`` directory and fsyncs it. The swap, on the log's owner thread:
+A clean writes each cleaned segment (``.log`` with its ``.index`` and ``.timeindex``) into a
+directory of its own in the partition's directory (``.cleaning-<random>/``, written here as
+``.cleaning/``) and fsyncs it. The swap, on the log's owner thread:
 
 1. rename ``.cleaning/<base>.log`` to ``<base>.log.swap`` and fsync the directory: from here
    on the cleaned segment is the truth (the commit point);
@@ -52,9 +53,8 @@ def swap_end(path: Path) -> int:
 
 def complete_swaps(directory: Path) -> int:
     """Finish interrupted swaps in a partition directory; returns how many were finished."""
-    cleaning = directory / CLEANING_DIRECTORY
-    if cleaning.exists():
-        logger.warning("%s: dropping an unfinished clean", directory)
+    for cleaning in directory.glob(CLEANING_DIRECTORY + "*"):
+        logger.warning("%s: dropping an unfinished clean (%s)", directory, cleaning.name)
         shutil.rmtree(cleaning, ignore_errors=True)
     finished = 0
     try:
