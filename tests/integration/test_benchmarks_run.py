@@ -85,3 +85,19 @@ def test_scaling_benchmark_prints_json() -> None:
     assert point["records_acked"] == 2 * 10 and point["delivery_errors"] == 0
     assert point["latency_p99_ms"] >= point["latency_p50_ms"] > 0
     assert min(point["peak_rss_mb"]) > 0 and min(point["peak_open_fds"]) > 0
+
+
+def test_compaction_benchmark_prints_json() -> None:
+    figures = _run("compaction.py", "--quick")
+    cleaner = figures["cleaner"]
+    # One record per key survives the full clean; offsets are not renumbered.
+    assert cleaner["records_after"] == cleaner["distinct_keys"] < cleaner["records_before"]
+    assert 0 < cleaner["log_bytes_after"] < cleaner["log_bytes_before"]
+    assert cleaner["map_entries"] == cleaner["distinct_keys"]
+    assert cleaner["clean_s"] > 0 and cleaner["log_mb_per_s"] > 0
+    assert cleaner["memory"]["method"] and cleaner["memory"]["rss_before_mb"] > 0
+    (run,) = figures["produce_while_cleaning"]
+    assert run["nodes"] == 1
+    assert run["idle"]["records_per_s"] > 0 and run["busy"]["records_per_s"] > 0
+    assert run["idle"]["cleaner"]["read_bytes"] == 0  # cleaner.enable = false
+    assert run["busy"]["cleaner"]["read_bytes_grew"] and run["busy"]["cleaner"]["errors"] == 0
