@@ -28,8 +28,8 @@ Reported: log bytes and records before and after (records after are counted by r
 cleaned log back, and must equal the number of distinct keys), ``map_s`` (the map pass alone),
 ``clean_s`` (map + rewrite), ``install_s``, throughput in MB/s (10^6 bytes) of log bytes per
 second of ``clean_s`` and of bytes read + written (the map pass reads the dirty part once and
-the rewrite reads everything again: ``io_read_bytes`` counts both, ``result_bytes_read`` is the
-rewrite's only, which is what ``flux_log_cleaner_read_bytes_total`` adds), and the dedupe map's
+the rewrite reads everything again: ``io_read_bytes`` counts both, as
+``flux_log_cleaner_read_bytes_total`` does), and the dedupe map's
 entry count. The log files were just written, so they are most likely read from the page cache.
 
 ``produce_while_cleaning`` (real nodes, ``--nodes`` 1, or e.g. ``1,3``): for each cluster size,
@@ -46,8 +46,8 @@ min(2, nodes)), both created with ``min.compaction.lag.ms`` one hour, so nothing
   its closed segments cleanable at once. Several partitions, so that the cleaner installs
   several cleans during the window (each partition is one clean) rather than one long one;
 - ``measured`` (``--partitions`` 1) keeps its hour of lag, so the cleaner never touches it:
-  what is measured is the cost of the cleaner working on other logs of the same broker (a
-  thread of the node process). For ``--seconds`` (10) seconds it receives 100-byte records
+  what is measured is the cost of the cleaner working on other logs of the same broker (its
+  worker process, at a lower priority). For ``--seconds`` (10) seconds it receives 100-byte records
   keyed round robin over ``--keys`` keys from confluent-kafka (``acks=all``, ``linger.ms=5``,
   ``batch.size=1000000``, at most 100,000 records queued, no idempotence), then ``flush()``.
   ``records_per_s`` is the records delivered over the time from the first ``produce()`` to the
@@ -303,7 +303,7 @@ def child_clean(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         log.close()
     map_s = phases.get("map_s")
-    io_read = plan.dirty_bytes + result.bytes_read  # the map pass reads the dirty part
+    io_read = result.bytes_read  # the map pass (the dirty part) and the rewrite (everything)
     return {
         "log_bytes_before": before["log_bytes"],
         "log_bytes_after": after_bytes,

@@ -266,6 +266,22 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "offsets_topic_partitions": _Key(
             12, _int(1, 1000), "partitions of __consumer_offsets (Kafka's default is 50)"
         ),
+        "offsets_topic_segment_bytes": _Key(
+            104857600,
+            _int(1024, 2**31 - 1),
+            "offsets.topic.segment.bytes: segment.bytes of __consumer_offsets when created",
+        ),
+        "offsets_retention_minutes": _Key(
+            10080,
+            _int(1, 2**31 - 1),
+            "offsets.retention.minutes: committed offsets of a group empty this long expire",
+        ),
+        "offsets_retention_ms": _Key(
+            0, _int(0), "offsets_retention_minutes in ms when > 0 (for tests; 0 = use minutes)"
+        ),
+        "offsets_retention_check_interval_ms": _Key(
+            600000, _int(10), "offsets.retention.check.interval.ms: how often offsets expire"
+        ),
         "group_initial_rebalance_delay_ms": _Key(
             3000, _int(0), "group.initial.rebalance.delay.ms: wait for more members"
         ),

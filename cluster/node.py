@@ -30,7 +30,7 @@ from flux.protocol.api import ApiKey
 
 from .compaction.service import LogCleanerService
 from .config import NodeConfig
-from .groups.coordinator import GroupCoordinator
+from .groups.coordinator import GroupCoordinator, OffsetsRetention
 from .groups.offsets_client import OffsetsClient
 from .http.api import HttpApi
 from .http.memory_topics import MemoryTopicCleaner
@@ -74,6 +74,7 @@ class Node:
         self.push: PushManager | None = None
         self.memory_cleaner: MemoryTopicCleaner | None = None
         self.log_cleaner: LogCleanerService | None = None
+        self.groups: GroupCoordinator | None = None
         self._controller_client: ControllerClient | None = None
         self._ready: dict[str, Any] = {}
 
@@ -147,7 +148,9 @@ class Node:
             replicas,
             initial_rebalance_delay_ms=config.broker.group_initial_rebalance_delay_ms,
             create_offsets_topic=lambda: apis.create_offsets_topic(),
+            retention=OffsetsRetention.from_config(config),
         )
+        self.groups = groups
         apis = KafkaApis(
             config,
             replicas,
@@ -292,6 +295,8 @@ class Node:
             await self.memory_cleaner.stop()
         if self.log_cleaner is not None:
             await self.log_cleaner.stop()
+        if self.groups is not None:
+            await self.groups.stop()
         if self.isr is not None:
             await self.isr.stop()
         if self.fetchers is not None:

@@ -849,6 +849,32 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE = Message(
     ),
 )
 
+# ------------------------------------------------------------------- OffsetDelete (47)
+
+OFFSET_DELETE_REQUEST = Message(
+    "OffsetDeleteRequest", 47, "0", "none",
+    f("GroupId", "string", "0+"),
+    f("Topics", "[]OffsetDeleteRequestTopic", "0+",
+        f("Name", "string", "0+"),
+        f("Partitions", "[]OffsetDeleteRequestPartition", "0+",
+            f("PartitionIndex", "int32", "0+"),
+        ),
+    ),
+)
+
+OFFSET_DELETE_RESPONSE = Message(
+    "OffsetDeleteResponse", 47, "0", "none",
+    f("ErrorCode", "int16", "0+"),
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("Topics", "[]OffsetDeleteResponseTopic", "0+",
+        f("Name", "string", "0+"),
+        f("Partitions", "[]OffsetDeleteResponsePartition", "0+",
+            f("PartitionIndex", "int32", "0+"),
+            f("ErrorCode", "int16", "0+"),
+        ),
+    ),
+)
+
 # fmt: on
 
 # ---------------------------------------------------------------------------------- registry
@@ -881,6 +907,7 @@ REQUESTS: dict[int, Message] = {
         CREATE_PARTITIONS_REQUEST,
         DELETE_GROUPS_REQUEST,
         INCREMENTAL_ALTER_CONFIGS_REQUEST,
+        OFFSET_DELETE_REQUEST,
     )
 }
 
@@ -912,5 +939,6 @@ RESPONSES: dict[int, Message] = {
         CREATE_PARTITIONS_RESPONSE,
         DELETE_GROUPS_RESPONSE,
         INCREMENTAL_ALTER_CONFIGS_RESPONSE,
+        OFFSET_DELETE_RESPONSE,
     )
 }

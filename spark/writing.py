@@ -220,9 +220,13 @@ class CommitMarkers:
 
 
 async def _create_marker_topic(client: ClusterClient) -> None:
+    """Create the marker topic, compacted like ``__consumer_offsets`` (it holds no records of
+    its own; Flux brokers also convert an existing one that is not compacted)."""
     admin = AsyncAdmin(",".join(f"{h}:{p}" for h, p in client.bootstrap))
     try:
-        await admin.create_topic(limits.SINK_MARKER_TOPIC, partitions=1)
+        await admin.create_topic(
+            limits.SINK_MARKER_TOPIC, partitions=1, configs={"cleanup.policy": "compact"}
+        )
     except TopicAlreadyExistsError:
         pass
     finally:

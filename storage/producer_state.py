@@ -349,7 +349,14 @@ class ProducerStateManager:
             max_timestamp,
             is_control,
         ) in headers:
-            if base_offset + last_offset_delta < self._last_offset:
+            last_offset = base_offset + last_offset_delta
+            if last_offset < self._last_offset:
+                continue
+            if base_offset < self._last_offset and (producer_id < 0 or records_count == 0):
+                # An empty span the log cleaner merged after the snapshot was taken (it starts
+                # below the snapshot point): nothing in it changes producer state.
+                self._last_offset = last_offset + 1
+                replayed += 1
                 continue
             self.record_batch_header(
                 producer_id,

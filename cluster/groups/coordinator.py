@@ -12,6 +12,28 @@ The protocol rules live in the pure ``Group`` state machine (``state``); this mo
 it on the event loop: it parks JoinGroup/SyncGroup requests on futures, executes the
 machine's effects (respond, persist, schedule a tick) in order, and writes offset commits.
 
+**Compaction.** ``__consumer_offsets`` is compacted (``cleanup.policy=compact``, created so by
+``create_offsets_topic``): each record is keyed by (group, topic, partition) or by group
+(``offsets_records``), so the log cleaner keeps the newest commit of every partition of every
+group however old it is, and a deleted offset or group is a tombstone (a null value) that
+replay applies as a delete. Nothing is deleted by age: offsets go only through tombstones.
+A cluster whose ``__consumer_offsets`` or ``__flux_spark_sink`` (the Spark sink's marker
+topic, whose markers are group offsets) predates this is converted: the broker leading
+partition 0 of such a topic whose ``cleanup.policy`` lacks ``compact`` calls
+``create_offsets_topic`` (which asks the controller to set ``cleanup.policy=compact`` on them)
+until its metadata image shows the change, retrying with backoff; a topic whose policy is
+``compact,delete`` (an operator's choice) is left alone.
+
+**Offset expiration** (``offsets.retention.minutes``, KIP-211; rules in ``expiration``).
+Every ``check_interval_ms`` the coordinator writes tombstones for the expired offsets of the
+groups it coordinates, and the group's tombstone when an EMPTY group has none left. Planning
+and appending happen in one step of the event loop, so a commit that arrives meanwhile is
+never deleted. The groups of live push subscriptions (``__flux_push.<id>`` whose subscription
+is in the metadata image) never expire: the subscription is their member.
+
+**OffsetDelete** (``delete_offsets``): tombstones for the named partitions of a group, with
+Kafka's refusals (``Group.validate_offset_delete``, GROUP_SUBSCRIBED_TO_TOPIC per partition).
+
 Thread-safety: one owner, the broker's event loop.
 """
 
@@ -21,16 +43,20 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from flux.controller.image import MetadataImage
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.records import build_batch, decode_records, iter_batches
 
+from ..config import NodeConfig
 from ..replication.partition import Partition, ProducerRejectedError
 from ..replication.replica_manager import ReplicaManager
+from .expiration import plan_expiration
 from .offsets_records import (
+    PUSH_GROUP_PREFIX,
     OffsetsState,
     group_metadata_record,
     offset_commit_record,
@@ -38,20 +64,60 @@ from .offsets_records import (
     tombstone_for_group,
     tombstone_for_offset,
 )
-from .state import Effect, Group, Persist, Respond, ScheduleTick
+from .state import Effect, Group, GroupState, Persist, Respond, ScheduleTick
 
-__all__ = ["OFFSETS_TOPIC", "GroupCoordinator"]
+__all__ = [
+    "COMPACTED_INTERNAL_TOPICS",
+    "OFFSETS_TOPIC",
+    "SPARK_SINK_MARKER_TOPIC",
+    "GroupCoordinator",
+    "OffsetsRetention",
+]
 
 log = logging.getLogger("flux.cluster.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+#: The Spark sink's marker topic (``flux.spark.limits.SINK_MARKER_TOPIC``; ``cluster`` does
+#: not import ``spark``, a test keeps the two equal).
+SPARK_SINK_MARKER_TOPIC = "__flux_spark_sink"
+#: Internal topics whose data are group offsets, kept with ``cleanup.policy=compact``.
+COMPACTED_INTERNAL_TOPICS = (OFFSETS_TOPIC, SPARK_SINK_MARKER_TOPIC)
 MAX_METADATA_LENGTH = 4096
 WRITE_TIMEOUT_S = 10.0
 LOAD_READ_BYTES = 8 << 20
+#: One batch of tombstones (OffsetDelete, expiration) holds at most this many records and
+#: about this many key bytes; more go in further batches.
+TOMBSTONES_PER_BATCH_MAX = 1000
+TOMBSTONE_BATCH_BYTES_MAX = 512 << 10
+#: Retries of the conversion of an internal topic to compaction back off between these.
+COMPACT_RETRY_MIN_S = 1.0
+COMPACT_RETRY_MAX_S = 30.0
+
+Records = list[tuple[bytes, bytes | None]]
+#: What may be written: records whose values are all bytes, all tombstones, or mixed.
+RecordsIn = Sequence[tuple[bytes, bytes | None]]
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class OffsetsRetention:
+    """Kafka's ``offsets.retention.minutes`` (as ms) and ``offsets.retention.check.interval.ms``."""
+
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    check_interval_ms: int = 600_000
+
+    def __post_init__(self) -> None:
+        assert self.retention_ms > 0 and self.check_interval_ms > 0, self
+
+    @classmethod
+    def from_config(cls, config: NodeConfig) -> OffsetsRetention:
+        """``[broker] offsets_retention_ms`` when set (> 0), else ``offsets_retention_minutes``."""
+        broker = config.broker
+        retention_ms = broker.offsets_retention_ms or broker.offsets_retention_minutes * 60_000
+        return cls(retention_ms, broker.offsets_retention_check_interval_ms)
 
 
 class GroupCoordinator:
@@ -63,15 +129,24 @@ class GroupCoordinator:
         *,
         initial_rebalance_delay_ms: int,
         create_offsets_topic: Callable[[], Awaitable[None]],
+        retention: OffsetsRetention | None = None,
     ) -> None:
+        """``create_offsets_topic`` creates ``__consumer_offsets`` when it is missing and sets
+        ``cleanup.policy=compact`` on the ``COMPACTED_INTERNAL_TOPICS`` that lack it
+        (``GroupApis.create_offsets_topic``). ``retention``: the node assembly passes the
+        node's (``OffsetsRetention.from_config``); by default Kafka's."""
         self._replicas = replicas
         self._initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self._create_offsets_topic = create_offsets_topic
+        self._retention = retention or OffsetsRetention()
         self._loaded: dict[int, OffsetsState] = {}
         self._groups: dict[str, Group] = {}
         self._pending: dict[Hashable, asyncio.Future[dict[str, Any]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tokens = itertools.count()
+        self._expiration_task: asyncio.Task[None] | None = None
+        self._compaction_task: asyncio.Task[None] | None = None
+        self._compaction_logged: set[str] = set()
         replicas.add_image_listener(self._on_image)
 
     # -- ownership ----------------------------------------------------------------------------
@@ -95,6 +170,12 @@ class GroupCoordinator:
                 self._unload(index)
         for index in [i for i in self._loaded if i >= self._offsets_partition_count()]:
             self._unload(index)
+        if self._topics_to_compact() and (
+            self._compaction_task is None or self._compaction_task.done()
+        ):
+            self._compaction_task = asyncio.get_running_loop().create_task(
+                self._compact_internal_topics()
+            )
 
     def _load(self, partition: Partition) -> None:
         """Rebuild the groups and offsets of one offsets partition from its log."""
@@ -137,17 +218,152 @@ class GroupCoordinator:
             partition.index,
             len(state.groups()),
         )
+        if self._expiration_task is None or self._expiration_task.done():
+            self._expiration_task = asyncio.get_running_loop().create_task(
+                self._expire_offsets_forever()
+            )
 
     def _unload(self, index: int) -> None:
         self._loaded.pop(index, None)
         now = _now_ms()
         for group_id in [g for g in self._groups if self.partition_of(g) in (index, None)]:
-            group = self._groups.pop(group_id)
-            self._execute_sync(group_id, group.mark_dead(now_ms=now))
-            timer = self._timers.pop(group_id, None)
-            if timer is not None:
-                timer.cancel()
+            self._drop_group(group_id, now_ms=now, error=ErrorCode.NOT_COORDINATOR)
+        if not self._loaded and self._expiration_task is not None:
+            self._expiration_task.cancel()
+            self._expiration_task = None
         log.info("no longer coordinating offsets partition %d", index)
+
+    def _drop_group(self, group_id: str, *, now_ms: int, error: ErrorCode) -> None:
+        """Forget a group: its parked requests are answered ``error``, its timer stops."""
+        group = self._groups.pop(group_id, None)
+        if group is not None:
+            self._execute_sync(group_id, group.mark_dead(now_ms=now_ms, error=error))
+        timer = self._timers.pop(group_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    async def stop(self) -> None:
+        """Stop the background tasks (offset expiration, conversion to compaction)."""
+        tasks = [t for t in (self._expiration_task, self._compaction_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._expiration_task = self._compaction_task = None
+
+    # -- compaction of the internal topics ----------------------------------------------------
+
+    def _topics_to_compact(self) -> list[str]:
+        """The internal offset topics whose ``cleanup.policy`` lacks ``compact`` and whose
+        partition 0 this broker leads (one broker asks, not all of them). None before
+        ``__consumer_offsets`` exists: the conversion must not create it (and without it no
+        marker of ``__flux_spark_sink`` was ever written)."""
+        image = self._replicas.image
+        if OFFSETS_TOPIC not in image.topics:
+            return []
+        names = []
+        for name in COMPACTED_INTERNAL_TOPICS:
+            topic = image.topics.get(name)
+            partition = self._replicas.partition(name, 0)
+            if topic is None or partition is None or not partition.is_leader:
+                continue
+            policy = self._replicas.topic_config(dict(topic.config_dict())).get("cleanup.policy")
+            if "compact" not in policy:
+                names.append(name)
+        return names
+
+    async def _compact_internal_topics(self) -> None:
+        """Ask for ``cleanup.policy=compact`` until the image shows it (idempotent: the
+        controller writes no record for a value a topic already has)."""
+        delay_s = COMPACT_RETRY_MIN_S
+        while names := self._topics_to_compact():
+            for name in names:
+                if name not in self._compaction_logged:
+                    self._compaction_logged.add(name)
+                    log.info(
+                        "%s is not compacted: asking the controller for cleanup.policy=compact "
+                        "(so that the newest committed offset of every group stays)",
+                        name,
+                    )
+            try:
+                await self._create_offsets_topic()
+            except Exception as error:  # any failure is retried below
+                log.debug("converting %s to compaction failed: %r", names, error)
+            if not self._topics_to_compact():
+                return
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, COMPACT_RETRY_MAX_S)
+
+    # -- offset expiration --------------------------------------------------------------------
+
+    async def _expire_offsets_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._retention.check_interval_ms / 1000)
+            try:
+                removed = await self.expire_offsets()
+            except Exception:
+                log.exception("offset expiration failed; trying again next time")
+                continue
+            if removed:
+                log.info("expired %d committed offsets", removed)
+
+    async def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Write tombstones for the offsets (and empty groups) that expired by ``now_ms`` in
+        every offsets partition this broker leads; returns how many offsets expired."""
+        now = _now_ms() if now_ms is None else now_ms
+        writes: list[asyncio.Future[ErrorCode]] = []
+        expired_offsets = 0
+        for index, state in list(self._loaded.items()):
+            partition = self._replicas.partition(OFFSETS_TOPIC, index)
+            if partition is None or not partition.is_leader:
+                continue
+            records, count = self._plan_partition_expiration(index, state, now)
+            expired_offsets += count
+            appended = self._append(partition, state, _batches(records))
+            if isinstance(appended, ErrorCode):
+                log.warning("offsets partition %d: expiration not written: %s", index, appended)
+            else:
+                writes.extend(appended)
+        for code in await asyncio.gather(*(self._await_write(w) for w in writes)):
+            if code != ErrorCode.NONE:
+                # The tombstones are in the leader's log; a new leader's next check rewrites
+                # what did not replicate.
+                log.warning("offset expiration tombstones not acknowledged: %s", code.name)
+        return expired_offsets
+
+    def _plan_partition_expiration(
+        self, index: int, state: OffsetsState, now_ms: int
+    ) -> tuple[Records, int]:
+        """The tombstones of one offsets partition's expiration, and how many offsets expire.
+        Groups that go are forgotten here, in the same step as the planning."""
+        image = self._replicas.image
+        names = set(state.groups())
+        names.update(g for g in self._groups if self.partition_of(g) == index)
+        records: Records = []
+        count = 0
+        for group_id in sorted(names):
+            if _is_live_push_group(group_id, image):
+                continue
+            group = self._groups.get(group_id)
+            plan = plan_expiration(
+                offsets=state.offsets(group_id),
+                group=group,
+                now_ms=now_ms,
+                retention_ms=self._retention.retention_ms,
+            )
+            records += [tombstone_for_offset(group_id, t, p) for t, p in plan.offsets]
+            count += len(plan.offsets)
+            if plan.delete_group:
+                if state.group_record(group_id) is not None:
+                    records.append(tombstone_for_group(group_id))
+                self._drop_group(group_id, now_ms=now_ms, error=ErrorCode.GROUP_ID_NOT_FOUND)
+            if plan.offsets or plan.delete_group:
+                log.info(
+                    "group %s: %d committed offsets expired%s",
+                    group_id,
+                    len(plan.offsets),
+                    ", group deleted" if plan.delete_group else "",
+                )
+        return records, count
 
     def _owner(self, group_id: str) -> tuple[Partition, OffsetsState] | ErrorCode:
         index = self.partition_of(group_id)
@@ -218,21 +434,46 @@ class GroupCoordinator:
         if group is not None:
             self._execute_sync(group_id, group.tick(_now_ms()))
 
-    async def _write(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+    async def _write(self, group_id: str, records: RecordsIn) -> ErrorCode:
         """Append records to the group's offsets partition and wait for the ISR (acks=all)."""
         owner = self._owner(group_id)
         if isinstance(owner, ErrorCode):
             return owner
         partition, state = owner
-        batch = build_batch([(key, value, ()) for key, value in records])
-        try:
-            result = partition.append_as_leader(batch)
-        except (ProducerRejectedError, CorruptRecordError, OSError) as error:
-            log.error("cannot write to offsets partition %d: %s", partition.index, error)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        for key, value in records:
-            state.replay(key, value)
-        future = partition.add_delayed_produce(result.last_offset + 1)
+        return await self._append_and_wait(partition, state, [records])
+
+    async def _append_and_wait(
+        self, partition: Partition, state: OffsetsState, batches: Iterable[RecordsIn]
+    ) -> ErrorCode:
+        appended = self._append(partition, state, batches)
+        if isinstance(appended, ErrorCode):
+            return appended
+        for code in await asyncio.gather(*(self._await_write(w) for w in appended)):
+            if code != ErrorCode.NONE:
+                return code
+        return ErrorCode.NONE
+
+    def _append(
+        self, partition: Partition, state: OffsetsState, batches: Iterable[RecordsIn]
+    ) -> list[asyncio.Future[ErrorCode]] | ErrorCode:
+        """Append each list of records as one batch now and replay them into ``state``; the
+        futures complete when the ISR has them. Synchronous, so callers plan and append in
+        one step of the event loop."""
+        writes = []
+        for chunk in batches:
+            batch = build_batch([(key, value, ()) for key, value in chunk])
+            try:
+                result = partition.append_as_leader(batch)
+            except (ProducerRejectedError, CorruptRecordError, OSError) as error:
+                log.error("cannot write to offsets partition %d: %s", partition.index, error)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            for key, value in chunk:
+                state.replay(key, value)
+            writes.append(partition.add_delayed_produce(result.last_offset + 1))
+        return writes
+
+    @staticmethod
+    async def _await_write(future: asyncio.Future[ErrorCode]) -> ErrorCode:
         try:
             code = await asyncio.wait_for(future, WRITE_TIMEOUT_S)
         except TimeoutError:
@@ -522,6 +763,93 @@ class GroupCoordinator:
                 group_id, group.mark_dead(now_ms=_now_ms(), error=ErrorCode.GROUP_ID_NOT_FOUND)
             )
         return error
+
+    async def delete_offsets(
+        self, group_id: str, topics: list[dict[str, Any]]
+    ) -> tuple[ErrorCode, list[dict[str, Any]]]:
+        """OffsetDelete: the group's error and, without one, a result per partition asked for
+        (``[{"name", "partitions": [{"partition_index", "error_code"}]}]``, in request order,
+        each partition once).
+
+        Group errors (no partition results, as Kafka): INVALID_GROUP_ID (empty id),
+        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, GROUP_ID_NOT_FOUND (no members, offsets
+        or record), NON_EMPTY_GROUP (members of a non-consumer protocol). Per partition:
+        GROUP_SUBSCRIBED_TO_TOPIC when a live member subscribes to its topic, else NONE
+        (deleted, or there was nothing to delete), or the write's error. An EMPTY group left
+        without offsets is deleted as well, as Kafka does."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, []
+        owner = self._owner(group_id)
+        if isinstance(owner, ErrorCode):
+            return owner, []
+        partition, state = owner
+        group = self._groups.get(group_id)
+        if group is None and group_id not in state.groups():
+            return ErrorCode.GROUP_ID_NOT_FOUND, []
+        if group is not None:
+            error = group.validate_offset_delete()
+            if error != ErrorCode.NONE:
+                return error, []
+        committed = state.offsets(group_id)
+        results: dict[str, dict[int, ErrorCode]] = {}
+        deleted: dict[tuple[str, int], None] = {}  # ordered set
+        for topic in topics:
+            name = topic["name"]
+            refused = group is not None and group.is_subscribed_to_topic(name)
+            answers = results.setdefault(name, {})
+            for item in topic["partitions"]:
+                index = item["partition_index"]
+                answers[index] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if refused else ErrorCode.NONE
+                if not refused and (name, index) in committed:
+                    deleted[(name, index)] = None
+        if deleted:
+            records: Records = [tombstone_for_offset(group_id, t, p) for t, p in deleted]
+            empty = group is None or (
+                group.state is GroupState.EMPTY and not group.pending_member_ids
+            )
+            if empty and len(deleted) == len(committed):
+                if state.group_record(group_id) is not None:
+                    records.append(tombstone_for_group(group_id))
+                self._drop_group(group_id, now_ms=_now_ms(), error=ErrorCode.GROUP_ID_NOT_FOUND)
+            written = await self._append_and_wait(partition, state, _batches(records))
+            if written != ErrorCode.NONE:
+                for name, index in deleted:
+                    results[name][index] = written
+        return ErrorCode.NONE, [
+            {
+                "name": name,
+                "partitions": [
+                    {"partition_index": index, "error_code": code} for index, code in codes.items()
+                ],
+            }
+            for name, codes in results.items()
+        ]
+
+
+def _is_live_push_group(group_id: str, image: MetadataImage) -> bool:
+    """A push subscription's group whose subscription still exists."""
+    return (
+        group_id.startswith(PUSH_GROUP_PREFIX)
+        and group_id[len(PUSH_GROUP_PREFIX) :] in image.subscriptions
+    )
+
+
+def _batches(records: RecordsIn) -> Iterator[Records]:
+    """``records`` in runs of at most ``TOMBSTONES_PER_BATCH_MAX`` records and about
+    ``TOMBSTONE_BATCH_BYTES_MAX`` bytes (a record larger than that goes alone)."""
+    chunk: Records = []
+    size = 0
+    for key, value in records:
+        record_size = len(key) + (len(value) if value is not None else 0)
+        if chunk and (
+            len(chunk) >= TOMBSTONES_PER_BATCH_MAX or size + record_size > TOMBSTONE_BATCH_BYTES_MAX
+        ):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((key, value))
+        size += record_size
+    if chunk:
+        yield chunk
 
 
 def _join_error(member_id: str, error: ErrorCode) -> dict[str, Any]:

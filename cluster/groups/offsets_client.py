@@ -4,7 +4,8 @@ group, otherwise through the coordinator's internal HTTP endpoints.
 Push subscriptions keep their positions as the internal consumer group
 ``__flux_push.<subscription id>`` (so group tooling, lag metrics and the memory-topic cleanup
 see them like any group); the pushing broker (a data partition's leader) is usually not that
-group's coordinator, hence this client.
+group's coordinator, hence this client. These memberless groups are exempt from offset
+expiration while their subscription exists (``coordinator``).
 
 Thread-safety: one owner, the broker's event loop.
 """
@@ -19,12 +20,12 @@ from flux.protocol.errors import ErrorCode
 
 from ..replication.peers import BrokerPeers, PeerUnavailableError
 from .coordinator import GroupCoordinator
+from .offsets_records import PUSH_GROUP_PREFIX
 
 __all__ = ["OffsetsClient", "OffsetsUnavailableError", "push_group"]
 
 log = logging.getLogger("flux.cluster.offsets_client")
 
-PUSH_GROUP_PREFIX = "__flux_push."
 GATHER_TIMEOUT_S = 3.0
 
 

@@ -39,6 +39,7 @@ from .state import GroupRecordError, validate_group_record
 __all__ = [
     "GROUP_METADATA_KEY_TYPE",
     "OFFSET_COMMIT_KEY_TYPE",
+    "PUSH_GROUP_PREFIX",
     "VALUE_VERSION",
     "CommittedOffset",
     "GroupMetadataEntry",
@@ -58,6 +59,8 @@ __all__ = [
 OFFSET_COMMIT_KEY_TYPE = 1
 GROUP_METADATA_KEY_TYPE = 2
 VALUE_VERSION = 1
+#: Push subscription ``<id>`` keeps its positions as the group ``__flux_push.<id>``.
+PUSH_GROUP_PREFIX = "__flux_push."
 
 _OFFSET_KEY_PREFIX = OFFSET_COMMIT_KEY_TYPE.to_bytes(2, "big")
 _GROUP_KEY_PREFIX = GROUP_METADATA_KEY_TYPE.to_bytes(2, "big")

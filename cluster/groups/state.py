@@ -76,6 +76,14 @@ Rules, as in Kafka's ``GroupMetadataManager``/``ClassicGroup`` (differences are 
   phase, being static) and send no SyncGroup within the rebalance timeout are removed, which
   starts a new rebalance -- so a leader that heartbeats but never assigns cannot wedge the
   group in COMPLETING_REBALANCE.
+* OffsetDelete (``validate_offset_delete``, ``is_subscribed_to_topic``), Kafka's KIP-496: a
+  DEAD group is GROUP_ID_NOT_FOUND; an EMPTY group may lose any offset; a consumer group with
+  members may lose the offsets of topics none of its members subscribes to
+  (GROUP_SUBSCRIBED_TO_TOPIC for the others; when a subscription does not decode, every
+  topic counts as subscribed); any other group with members is NON_EMPTY_GROUP.
+* A group rebuilt EMPTY by ``from_record`` keeps the time it became empty
+  (``current_state_timestamp_ms``), so offset expiration (``expiration``) counts from the same
+  moment on every coordinator.
 
 Not implemented: KIP-814's ``skip_assignment`` (always False).
 
@@ -99,6 +107,7 @@ from typing import Any, TypeAlias
 from flux.protocol.errors import ErrorCode
 
 __all__ = [
+    "CONSUMER_PROTOCOL_TYPE",
     "DEFAULT_MAX_MEMBERS",
     "DEFAULT_MAX_SESSION_TIMEOUT_MS",
     "DEFAULT_MIN_SESSION_TIMEOUT_MS",
@@ -113,6 +122,7 @@ __all__ = [
     "Respond",
     "ScheduleTick",
     "join_error_response",
+    "subscription_topics",
     "sync_error_response",
     "validate_group_record",
 ]
@@ -127,6 +137,8 @@ DEFAULT_MAX_SESSION_TIMEOUT_MS = 30 * 60 * 1000
 # client that loops on JoinGroup with empty member ids must not grow the group without limit).
 DEFAULT_MAX_MEMBERS = 10_000
 GROUP_RECORD_VERSION = 1
+#: The protocol type of Kafka consumer groups, whose member metadata is a subscription.
+CONSUMER_PROTOCOL_TYPE = "consumer"
 
 _NO_GENERATION = -1
 
@@ -848,6 +860,44 @@ class Group:
             return ErrorCode.NON_EMPTY_GROUP
         return ErrorCode.NONE
 
+    # --------------------------------------------------------------------- OffsetDelete
+
+    def validate_offset_delete(self) -> ErrorCode:
+        """Whether OffsetDelete may look at the group's partitions at all (Kafka's
+        ``ClassicGroup.validateDeleteOffsets``): a DEAD group is GROUP_ID_NOT_FOUND; a group
+        with members that does not use the consumer protocol is NON_EMPTY_GROUP (what its
+        members consume is unknown); an EMPTY group or a consumer group may go on, partition
+        by partition (``is_subscribed_to_topic``)."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if self.state is not GroupState.EMPTY and self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return ErrorCode.NON_EMPTY_GROUP
+        return ErrorCode.NONE
+
+    def subscribed_topics(self) -> frozenset[str] | None:
+        """The topics the members of a consumer group subscribe to (the union of their
+        subscriptions in the chosen protocol), or None when that is unknown: no protocol
+        chosen yet, not the consumer protocol, or a subscription that does not decode. An
+        EMPTY group subscribes to nothing."""
+        if not self.members:
+            return frozenset()
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            subscribed = subscription_topics(member.metadata(self.protocol_name))
+            if subscribed is None:
+                return None
+            topics |= subscribed
+        return frozenset(topics)
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        """Kafka's ``isSubscribedToTopic``: True when a member subscribes to ``topic``, and
+        True as well when the subscriptions are unknown (the safe answer: OffsetDelete refuses
+        and offset expiration keeps)."""
+        topics = self.subscribed_topics()
+        return topics is None or topic in topics
+
     # ------------------------------------------------------------------------- timers
 
     def tick(self, now_ms: int) -> list[Effect]:
@@ -985,6 +1035,10 @@ class Group:
             if group.leader_id is None:
                 group.leader_id = next(iter(group.members))
             group.state = GroupState.STABLE
+        else:
+            # An empty group has been empty since its record says (never later than now):
+            # offsets expire a retention after that, wherever the group is coordinated.
+            group.state_since_ms = min(record["current_state_timestamp_ms"], now_ms)
         group.check_invariants()
         return group
 
@@ -1194,6 +1248,39 @@ def _inconsistent(requested: str | None, current: str | None) -> bool:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
+
+
+def subscription_topics(metadata: bytes) -> frozenset[str] | None:
+    """The topics of a consumer-protocol subscription (Kafka's ``ConsumerProtocolSubscription``:
+    int16 version >= 0, then an int32 count of int16-length UTF-8 topic names; the fields
+    after them do not matter here), or None when the bytes do not decode that far.
+
+    The broker otherwise never looks inside member metadata; OffsetDelete and offset
+    expiration need the topics (``flux.sdk.consumer_protocol`` writes the same layout, but
+    ``cluster`` does not import the SDK)."""
+    data = bytes(metadata)
+    if len(data) < 6:
+        return None
+    version = int.from_bytes(data[0:2], "big", signed=True)
+    count = int.from_bytes(data[2:6], "big", signed=True)
+    # Every name takes at least its 2-byte length, which bounds a lying count.
+    if version < 0 or count < 0 or count > (len(data) - 6) // 2:
+        return None
+    topics: set[str] = set()
+    position = 6
+    for _ in range(count):
+        if position + 2 > len(data):
+            return None
+        length = int.from_bytes(data[position : position + 2], "big", signed=True)
+        position += 2
+        if length < 0 or position + length > len(data):
+            return None
+        try:
+            topics.add(data[position : position + length].decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+        position += length
+    return frozenset(topics)
 
 
 # ------------------------------------------------------------------- record validation

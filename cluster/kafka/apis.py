@@ -47,6 +47,7 @@ _IMPLEMENTED_APIS = (
     ApiKey.PRODUCE,
     ApiKey.FETCH,
     ApiKey.LIST_OFFSETS,
+    ApiKey.DELETE_RECORDS,
     ApiKey.METADATA,
     ApiKey.API_VERSIONS,
     ApiKey.CREATE_TOPICS,
@@ -67,6 +68,7 @@ _IMPLEMENTED_APIS = (
     ApiKey.LIST_GROUPS,
     ApiKey.DESCRIBE_GROUPS,
     ApiKey.DELETE_GROUPS,
+    ApiKey.OFFSET_DELETE,
 )
 # ListOffsets v7 adds MAX_TIMESTAMP lookups (-3); InitProducerId v5+ is for transactions 2.0.
 # OffsetFetch v8 batches groups; v7 serves every client we test.
@@ -103,6 +105,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, Prod
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets,
+            ApiKey.DELETE_RECORDS: self._delete_records,
             ApiKey.CREATE_TOPICS: self._create_topics,
             ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
@@ -118,6 +121,7 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, Prod
             ApiKey.LIST_GROUPS: self._list_groups,
             ApiKey.DESCRIBE_GROUPS: self._describe_groups,
             ApiKey.DELETE_GROUPS: self._delete_groups,
+            ApiKey.OFFSET_DELETE: self._offset_delete,
         }
 
     async def handle(

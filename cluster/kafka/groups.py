@@ -1,6 +1,15 @@
 """Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, ListGroups, DescribeGroups and DeleteGroups, answered by the
-broker's ``GroupCoordinator``; creation of ``__consumer_offsets``."""
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete, answered
+by the broker's ``GroupCoordinator``; creation of ``__consumer_offsets`` and the conversion of
+the internal offset topics to compaction.
+
+``__consumer_offsets`` is created compacted (``cleanup.policy=compact``) with Kafka's offsets
+topic segment size (``[broker] offsets_topic_segment_bytes``, ``offsets.topic.segment.bytes``),
+so the newest commit of every group survives however long the group is idle (see
+``groups.coordinator``). Existing ``__consumer_offsets`` and ``__flux_spark_sink`` topics
+whose ``cleanup.policy`` lacks ``compact`` get ``cleanup.policy=compact`` through the
+controller's ``/controller/configs`` (the path of IncrementalAlterConfigs); nothing else of
+their configuration changes."""
 
 from __future__ import annotations
 
@@ -9,8 +18,8 @@ from typing import Any
 from flux.protocol.api import RequestHeader
 from flux.protocol.errors import ErrorCode
 
-from ..groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from .common import KafkaApisBase
+from ..groups.coordinator import COMPACTED_INTERNAL_TOPICS, OFFSETS_TOPIC, GroupCoordinator
+from .common import KafkaApisBase, log
 
 __all__ = ["GroupApis"]
 
@@ -102,17 +111,61 @@ class GroupApis(KafkaApisBase):
             )
         return {"throttle_time_ms": 0, "results": results}
 
+    async def _offset_delete(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        error, topics = await self._groups.delete_offsets(body["group_id"], body["topics"])
+        return {"error_code": error, "throttle_time_ms": 0, "topics": topics}
+
     async def create_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` (FindCoordinator's first call), replicated like any
-        topic on up to three brokers; an existing topic is fine."""
-        live = len(self._image.live_broker_ids())
-        await self._forward(
-            "POST",
-            "/controller/topics",
-            {
-                "name": OFFSETS_TOPIC,
-                "num_partitions": self._config.broker.offsets_topic_partitions,
-                "replication_factor": max(1, min(3, live)),
-                "configs": {},
-            },
-        )
+        """Create ``__consumer_offsets`` when this broker's image lacks it (FindCoordinator's
+        first call), compacted and replicated like any topic on up to three brokers (an
+        existing topic is fine); then convert the internal offset topics that are not
+        compacted (``compact_internal_topics``)."""
+        if OFFSETS_TOPIC not in self._image.topics:
+            live = len(self._image.live_broker_ids())
+            await self._forward(
+                "POST",
+                "/controller/topics",
+                {
+                    "name": OFFSETS_TOPIC,
+                    "num_partitions": self._config.broker.offsets_topic_partitions,
+                    "replication_factor": max(1, min(3, live)),
+                    "configs": {
+                        "cleanup.policy": "compact",
+                        "segment.bytes": str(self._config.broker.offsets_topic_segment_bytes),
+                    },
+                },
+            )
+        await self.compact_internal_topics()
+
+    async def compact_internal_topics(self) -> bool:
+        """Ask the controller for ``cleanup.policy=compact`` on every internal offset topic
+        whose policy lacks ``compact``; True when none is left without it. Idempotent."""
+        done = True
+        for name in COMPACTED_INTERNAL_TOPICS:
+            topic = self._image.topics.get(name)
+            if topic is None:
+                continue
+            policy = self._replicas.topic_config(dict(topic.config_dict())).get("cleanup.policy")
+            if "compact" in policy:
+                continue
+            answer = await self._forward(
+                "POST",
+                "/controller/configs",
+                {
+                    "resource_type": "topic",
+                    "resource_name": name,
+                    "changes": {"cleanup.policy": "compact"},
+                    "validate_only": False,
+                },
+            )
+            if answer["error_code"] == ErrorCode.NONE:
+                log.info("%s converted to cleanup.policy=compact", name)
+            else:
+                done = False
+                log.debug(
+                    "converting %s to cleanup.policy=compact failed: %s %s",
+                    name,
+                    ErrorCode.from_code(answer["error_code"]).name,
+                    answer["error_message"],
+                )
+        return done

@@ -252,6 +252,7 @@ class LogCleaner:
                 if last < plan.first_dirty:
                     continue
                 throttle.spend(len(batch))
+                result.bytes_read += len(batch)
                 if header.producer_id >= 0:
                     last_of_producer[header.producer_id] = last
                 if header.attributes & (CONTROL | TRANSACTIONAL) or header.records_count == 0:

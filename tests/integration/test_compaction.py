@@ -38,10 +38,16 @@ def _create(bootstrap: str, name: str, replicas: int) -> None:
     futures[name].result(30)
 
 
-def _produce(bootstrap: str, topic: str, start: int, count: int, **extra) -> dict[bytes, bytes]:
+def _producer(bootstrap: str, **extra):
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **extra})
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **extra})
+
+
+def _produce(
+    bootstrap: str, topic: str, start: int, count: int, producer=None, **extra
+) -> dict[bytes, bytes]:
+    producer = producer or _producer(bootstrap, **extra)
     errors = []
     latest = {}
     for i in range(start, start + count):
@@ -154,7 +160,8 @@ def test_compacted_topic_keeps_newest_value_per_key_for_every_client(cluster_fac
     nodes = cluster_factory(3, cleaner=CLEANER)
     bootstrap = ",".join(node.bootstrap_servers for node in nodes)
     _create(bootstrap, "table", 3)
-    latest = _produce(bootstrap, "table", 0, 1000, **{"enable.idempotence": True})
+    idempotent = _producer(bootstrap, **{"enable.idempotence": True})
+    latest = _produce(bootstrap, "table", 0, 1000, idempotent)
     # Every replica cleans on its own, below its high watermark.
     wait_until(lambda: all(_cleans(node) > 0 for node in nodes), 60)
     expected = {key: value for key, value in latest.items()}
@@ -185,8 +192,9 @@ def test_compacted_topic_keeps_newest_value_per_key_for_every_client(cluster_fac
             for record in consumer.poll(5):
                 seen[record.key] = record.value
         assert seen == expected and consumer.position(("table", 0)) == 1000
-    # The same idempotent producer setting carries on: no sequence errors after the clean.
-    more = _produce(bootstrap, "table", 1000, 200, **{"enable.idempotence": True})
+    # The same idempotent producer carries on: its sequence numbers still follow after the
+    # clean removed most of its batches (no OUT_OF_ORDER_SEQUENCE_NUMBER, no duplicates).
+    more = _produce(bootstrap, "table", 1000, 200, idempotent)
     assert {k: v for _o, k, v in _read_confluent(bootstrap, "table", 1200)} == {**expected, **more}
 
 
@@ -234,3 +242,37 @@ def test_follower_whose_leader_cleaned_past_it_converges(cluster_factory) -> Non
         records = _replica_records(node.data_dir / "catchup-0")
         assert {k: v for _o, k, v in records} == latest, node.node_id
         assert records[-1][0] == 1799
+
+
+def test_list_offsets_and_delete_records_across_holes(cluster_factory) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    (node,) = cluster_factory(1, cleaner=CLEANER)
+    bootstrap = node.bootstrap_servers
+    _create(bootstrap, "holes", 1)
+    _produce(bootstrap, "holes", 0, 600)
+    wait_until(lambda: _cleans(node) > 0, 60)
+    before = _read_confluent(bootstrap, "holes", 600)
+    kept = {offset for offset, _k, _v in before}
+    hole = max(o for o in range(600) if o not in kept)  # a removed record's offset
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tp = TopicPartition("holes", 0)
+    # ListOffsets is unchanged by compaction: offsets are never renumbered.
+    assert admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(30).offset == 0
+    assert admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(30).offset == 600
+    # DeleteRecords to an offset whose record the cleaner removed.
+    deleted = admin.delete_records([TopicPartition("holes", 0, hole)])[tp].result(30)
+    assert deleted.low_watermark == hole
+    assert admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(30).offset == hole
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "after-delete"})
+    consumer.assign([TopicPartition("holes", 0, OFFSET_BEGINNING)])
+    seen = []
+    try:
+        while not seen or seen[-1][0] < 599:
+            message = consumer.poll(10)
+            assert message is not None and message.error() is None
+            seen.append((message.offset(), message.key(), message.value()))
+    finally:
+        consumer.close()
+    assert seen == [record for record in before if record[0] >= hole]

@@ -370,3 +370,34 @@ def test_record_keys_agree_with_the_full_decoder(records, base, codec) -> None:
         base,
         base + len(records) - 1,
     )
+
+
+def test_producer_state_rebuilds_across_an_empty_span_merged_after_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    """A snapshot taken at offset 150, then a clean that merges removed batches into one empty
+    span [0, 298]: rebuilding from the snapshot must step over the span (found when a broker
+    SIGKILLed with a compacted __consumer_offsets could not reopen it)."""
+    from flux.storage import ProducerStateManager
+
+    clock = Clock()
+    log = PartitionLog.open(tmp_path / "t-0", compact_config(segment_bytes=1 << 20), clock_ms=clock)
+    fill(log, 150, 1)
+    snapshot_at = log.log_end_offset
+    fill(log, 150, 1)
+    clean(log, clock)
+    state = ProducerStateManager(last_offset=snapshot_at)
+    state.rebuild_from(
+        (
+            b.producer_id,
+            b.producer_epoch,
+            b.base_sequence,
+            b.record_count,
+            b.base_offset,
+            b.last_offset - b.base_offset,
+            b.max_timestamp,
+            b.is_control,
+        )
+        for b in log.batch_infos(snapshot_at)
+    )
+    assert state.last_offset == log.log_end_offset
