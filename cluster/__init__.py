@@ -12,7 +12,10 @@ Subpackages, one responsibility each:
   the client of the controller HTTP API.
 - ``replication``: the partition replicas (``ReplicaManager``, ``Partition``), follower
   fetching, ISR changes, the replication wire format, HTTP calls to other brokers.
-- ``groups``: consumer groups and committed offsets (``__consumer_offsets``).
+- ``groups``: consumer groups and committed offsets (``__consumer_offsets``, compacted),
+  offsets retention and OffsetDelete.
+- ``compaction``: the node's log cleaner (``LogCleanerService``) over ``flux.storage.compaction``,
+  its worker process and the record codec it decodes batches with.
 - ``http``: the broker's HTTP listener and API (the original Flux API and REST), push
   subscriptions, memory topics, message-id dedup and Prometheus metrics.
 """

@@ -6,6 +6,8 @@ Imports nothing else of Flux (DESIGN.md §2). The public API:
   configured by ``LogConfig``; ``append`` returns ``AppendResult``; batch
   headers are described by ``BatchInfo``.
 - ``CheckpointStore``: small transactional node-local state in LMDB.
+- ``flux.storage.compaction``: log compaction (planning, the clean, the crash-safe swap;
+  records are decoded by a codec the caller passes).
 - errors: ``StorageError`` and its subclasses (see ``flux.storage.errors``).
 """
 

@@ -401,3 +401,18 @@ def test_producer_state_rebuilds_across_an_empty_span_merged_after_its_snapshot(
         for b in log.batch_infos(snapshot_at)
     )
     assert state.last_offset == log.log_end_offset
+
+
+def test_compact_and_delete_both_apply(tmp_path: Path) -> None:
+    """cleanup.policy=compact,delete: the cleaner keeps the newest record per key, and
+    retention still deletes segments past retention.ms (newest records included)."""
+    clock = Clock()
+    config = compact_config(cleanup_delete=True, retention_ms=DAY_MS)
+    log = PartitionLog.open(tmp_path / "t-0", config, clock_ms=clock)
+    old = fill(log, 200, 5)  # timestamps of build_batch: 1_700_000_000_000
+    clean(log, clock)
+    assert {k: (o, v) for o, k, v in read_all(log)} == latest_per_key(old)
+    clock.now_ms = 1_700_000_000_000 + 2 * DAY_MS
+    log.append(build_batch([(b"new", b"1")], base_timestamp_ms=clock.now_ms))
+    assert log.enforce_retention() > 0
+    assert [(k, v) for _o, k, v in read_all(log)] == [(b"new", b"1")]
