@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import struct
 import sys
 from array import array
@@ -50,8 +51,21 @@ assert array(_UINT32).itemsize == 4
 BatchMeta = tuple[int, int, int, int, int]
 
 
+#: A segment file's name: ``<20-digit base offset>.log|.index|.timeindex``.
+SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+
+
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make file creations, renames and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class _Segment:

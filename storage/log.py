@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import time
 from bisect import bisect_right
@@ -19,7 +18,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crc32c import crc32c
-from flux.storage._segment import BatchMeta, _DiskSegment, _MemorySegment, _Segment
+from flux.storage._segment import (
+    SEGMENT_FILE,
+    BatchMeta,
+    _DiskSegment,
+    _MemorySegment,
+    _Segment,
+    fsync_directory,
+)
 from flux.storage.batch import (
     ATTRIBUTES,
     ATTRIBUTES_AT,
@@ -66,7 +72,6 @@ LOG_START_OFFSET_FILE = "log-start-offset.checkpoint"
 CLEANER_CHECKPOINT_FILE = "cleaner-offset.checkpoint"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 _CHECKPOINT_VERSION = 0
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _STRAY_SUFFIXES = (".tmp", ".deleted", ".swap", ".cleaned")
 
 
@@ -870,7 +875,7 @@ class PartitionLog(_SegmentedLog):
         count = len(group.sources)
         swap = self._directory / f"{name}{SWAP_SUFFIX}"
         os.replace(cleaned, swap)
-        _fsync_directory(self._directory)
+        fsync_directory(self._directory)
         hook("swapped")
         for source in group.sources:
             source.token.delete_files()
@@ -879,7 +884,7 @@ class PartitionLog(_SegmentedLog):
             if (work / f"{name}{suffix}").exists():
                 os.replace(work / f"{name}{suffix}", self._directory / f"{name}{suffix}")
         os.replace(swap, self._directory / f"{name}.log")
-        _fsync_directory(self._directory)
+        fsync_directory(self._directory)
         hook("installed")
         segment = _DiskSegment.open_existing(
             self._directory, base, self._config.index_interval_bytes
@@ -918,7 +923,7 @@ class PartitionLog(_SegmentedLog):
 
     def _sync_directory(self) -> None:
         if self._directory_dirty:
-            _fsync_directory(self._directory)
+            fsync_directory(self._directory)
             self._directory_dirty = False
 
     def _after_truncate(self) -> None:
@@ -955,7 +960,7 @@ def _scan_directory(directory: Path) -> list[int]:
             logger.warning("%s: removing stray file %s", directory, name)
             _unlink(Path(entry.path))
             continue
-        match = _SEGMENT_FILE.match(name)
+        match = SEGMENT_FILE.match(name)
         if match is None:
             if name not in (LOG_START_OFFSET_FILE, CLEAN_SHUTDOWN_FILE):
                 logger.debug("%s: ignoring unknown file %s", directory, name)
@@ -1068,15 +1073,7 @@ def _write_atomically(path: Path, payload: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(path.parent)
 
 
 def _mtime_ms(path: Path) -> int:

@@ -1,4 +1,4 @@
-"""``LogCleanerService``: the node's log cleaner (Kafka's ``LogCleaner``, one thread).
+"""``LogCleanerService``: the node's log cleaner (Kafka's ``LogCleaner``, one worker).
 
 Every ``backoff_ms`` (sooner when the last pass cleaned something) it looks at the partitions
 of compacted topics this broker hosts, leader or follower alike (replicas compact
@@ -17,31 +17,19 @@ import asyncio
 import logging
 import time
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from typing import Any
 
 from flux.storage import PartitionLog
-from flux.storage.compaction import LogCleaner, plan_clean
+from flux.storage.compaction import plan_clean
 from flux.storage.compaction.planner import CleanPlan, LogView
 
 from ..replication.partition import Partition
 from ..replication.replica_manager import ReplicaManager
-from .codec import RECORD_CODEC
 from .worker import CleanerProcess, reattach
 
-__all__ = ["LogCleanerService", "PartitionCleanState"]
+__all__ = ["LogCleanerService"]
 
 log = logging.getLogger("flux.cluster.cleaner")
-
-
-@dataclass
-class PartitionCleanState:
-    """What ``fluxctl topic describe`` shows per partition."""
-
-    dirty_ratio: float = 0.0
-    last_clean_ms: int = -1
-    last_clean_seconds: float = 0.0
-    records_removed: int = 0
 
 
 class LogCleanerService:
@@ -53,43 +41,24 @@ class LogCleanerService:
         io_max_bytes_per_second: int,
         backoff_ms: int,
         metrics: Any = None,
-        in_process: bool = False,
     ) -> None:
         self._replicas = replicas
         self._backoff_s = backoff_ms / 1000
         self._metrics = metrics
-        self.cleaner = LogCleaner(
-            RECORD_CODEC,
+        self._process = CleanerProcess(
             dedupe_buffer_bytes=dedupe_buffer_bytes,
             io_max_bytes_per_second=io_max_bytes_per_second,
         )
-        # Cleans run in a worker process (see worker.py); ``in_process`` keeps them on a
-        # thread of this one (tests of the service itself).
-        self._process = (
-            None
-            if in_process
-            else CleanerProcess(
-                dedupe_buffer_bytes=dedupe_buffer_bytes,
-                io_max_bytes_per_second=io_max_bytes_per_second,
-            )
-        )
-        self.states: dict[tuple[str, int], PartitionCleanState] = {}
         self._task: asyncio.Task[None] | None = None
-        self._wakeup = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run_forever())
-
-    def wake(self) -> None:
-        """Look again now (a topic became compacted, say)."""
-        self._wakeup.set()
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._process is not None:
-            await asyncio.to_thread(self._process.close)
+        await asyncio.to_thread(self._process.close)
 
     async def _run_forever(self) -> None:
         while True:
@@ -101,11 +70,7 @@ class LogCleanerService:
                 log.exception("log cleaner pass failed")
                 cleaned = False
             if not cleaned:
-                self._wakeup.clear()
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), self._backoff_s)
-                except TimeoutError:
-                    pass
+                await asyncio.sleep(self._backoff_s)
 
     def _candidates(self, now_ms: int) -> list[tuple[Partition, LogView, CleanPlan]]:
         found = []
@@ -116,10 +81,6 @@ class LogCleanerService:
                 continue
             view = partition.log.cleaner_view()
             plan = plan_clean(view, partition.high_watermark, now_ms)
-            state = self.states.setdefault(
-                (partition.topic, partition.index), PartitionCleanState()
-            )
-            state.dirty_ratio = plan.dirty_ratio if plan is not None else state.dirty_ratio
             if plan is not None:
                 found.append((partition, view, plan))
         found.sort(key=lambda item: (not item[2].forced, -item[2].dirty_ratio))
@@ -136,18 +97,13 @@ class LogCleanerService:
         keep = partition.producers.last_batch_offsets()
         started = time.monotonic()
         try:
-            if self._process is not None:
-                result = reattach(
-                    await asyncio.wrap_future(self._process.submit(view, plan, keep)), view, plan
-                )
-            else:
-                result = await asyncio.to_thread(self.cleaner.clean, view, plan, keep)
+            cleaned = await asyncio.wrap_future(self._process.submit(view, plan, keep))
+            result = reattach(cleaned, view, plan)
             installed = partition.log.install_cleaned(result)
         except BrokenProcessPool as error:
             log.error(
                 "cleaning %s failed: the cleaner process died (%s); restarting it", name, error
             )
-            assert self._process is not None
             self._process.restart()
             self._count("errors", 1)
             return False
@@ -159,11 +115,6 @@ class LogCleanerService:
             log.info("cleaning %s: the log changed meanwhile; will retry", name)
             return False  # after the backoff: a log that keeps changing is not cleaned in a loop
         seconds = time.monotonic() - started
-        state = self.states.setdefault((partition.topic, partition.index), PartitionCleanState())
-        state.last_clean_ms = now_ms
-        state.last_clean_seconds = seconds
-        state.records_removed += result.records_removed
-        state.dirty_ratio = 0.0
         partition.notify_sessions(urgent=False)
         self._count("cleans", 1)
         self._count("bytes_read", result.bytes_read)

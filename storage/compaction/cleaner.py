@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flux.storage._segment import BatchMeta, _DiskSegment
+from flux.storage._segment import BatchMeta, _DiskSegment, fsync_directory
 from flux.storage.batch import CONTROL, HEADER, TRANSACTIONAL, Header
 from flux.storage.compaction.batches import empty_batch, iter_file_batches
 from flux.storage.compaction.planner import (
@@ -30,7 +30,7 @@ from flux.storage.compaction.planner import (
     SegmentView,
     surviving,
 )
-from flux.storage.compaction.swap import CLEANING_DIRECTORY, fsync_directory
+from flux.storage.compaction.swap import CLEANING_DIRECTORY
 from flux.storage.limits import MAX_RELATIVE_OFFSET
 
 __all__ = ["CleanResult", "CleanedGroup", "LogCleaner"]

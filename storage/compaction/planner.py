@@ -165,9 +165,6 @@ class DedupeMap:
         """Whether ``count`` more keys surely fit."""
         return len(self._offsets) + count <= self.capacity
 
-    def put(self, key: bytes, offset: int) -> None:
-        self._offsets[self._slot(key)] = offset
-
     def put_all(self, records: Sequence[KeyedRecord]) -> None:
         """``put`` of every keyed record of a batch (the map pass's inner loop, inlined)."""
         offsets = self._offsets
@@ -175,9 +172,6 @@ class DedupeMap:
             key = record[1]
             if key is not None:
                 offsets[key if len(key) <= 32 else self._slot(key)] = record[0]
-
-    def latest(self, key: bytes) -> int | None:
-        return self._offsets.get(self._slot(key))
 
 
 def surviving(

@@ -20,27 +20,18 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 from pathlib import Path
 
+from flux.storage._segment import SEGMENT_FILE, fsync_directory
 from flux.storage.compaction.batches import iter_file_batches
 
-__all__ = ["CLEANING_DIRECTORY", "SWAP_SUFFIX", "complete_swaps", "fsync_directory"]
+__all__ = ["CLEANING_DIRECTORY", "SWAP_SUFFIX", "complete_swaps"]
 
 logger = logging.getLogger("flux.storage")
 
 CLEANING_DIRECTORY = ".cleaning"
 SWAP_SUFFIX = ".log.swap"
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def swap_end(path: Path) -> int:
@@ -72,7 +63,7 @@ def complete_swaps(directory: Path) -> int:
             swap.unlink()
             continue
         for other in os.listdir(directory):
-            match = _SEGMENT_FILE.match(other)
+            match = SEGMENT_FILE.match(other)
             if match is not None and base <= int(match.group(1)) < end:
                 (directory / other).unlink(missing_ok=True)
         os.replace(swap, directory / f"{base:020d}.log")

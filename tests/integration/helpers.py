@@ -8,7 +8,7 @@ from typing import Any
 
 from flux.protocol.api import ApiKey
 from flux.protocol.errors import ErrorCode
-from flux.protocol.records import build_batch, iter_batches
+from flux.protocol.records import Record, build_batch, decode_records, iter_batches
 from flux.sdk.wire import KafkaConnection
 
 
@@ -125,26 +125,31 @@ def fetch(
     return response["responses"][0]["partitions"][0]
 
 
-def read_values(
+def read_records(
     conn: KafkaConnection, topic: str, *, partition: int = 0, start: int = 0
-) -> list[tuple[int, bytes]]:
-    """Every (offset, value) from ``start`` to the high watermark."""
-    from flux.protocol.records import decode_records
-
-    values: list[tuple[int, bytes]] = []
+) -> list[Record]:
+    """Every record from ``start`` to the high watermark. Moves by each batch's offset span,
+    as Kafka's consumers do (a compacted batch keeps its span when records leave it)."""
+    records: list[Record] = []
     offset = start
     while True:
         result = fetch(conn, topic, offset, partition=partition)
         assert result["error_code"] == ErrorCode.NONE, result
         if offset >= result["high_watermark"]:
-            return values
+            return records
         before = offset
-        for _, batch in iter_batches(result["records"]):
-            for record in decode_records(bytes(batch)):
-                if record.offset >= offset:
-                    values.append((record.offset, record.value))
-                    offset = record.offset + 1
+        for header, batch in iter_batches(result["records"]):
+            records.extend(r for r in decode_records(bytes(batch)) if r.offset >= offset)
+            offset = max(offset, header.last_offset + 1)
         assert offset > before, f"fetch at {before} below the high watermark returned nothing"
+
+
+def read_values(
+    conn: KafkaConnection, topic: str, *, partition: int = 0, start: int = 0
+) -> list[tuple[int, bytes]]:
+    """Every (offset, value) from ``start`` to the high watermark."""
+    records = read_records(conn, topic, partition=partition, start=start)
+    return [(record.offset, record.value) for record in records]
 
 
 def list_offset(
@@ -171,3 +176,37 @@ def list_offset(
         },
     )
     return response["topics"][0]["partitions"][0]
+
+
+def join_as_only_member(
+    conn: KafkaConnection,
+    group: str,
+    *,
+    metadata: bytes = b"\x00\x00",
+    protocol_type: str = "consumer",
+    timeout_ms: int = 10000,
+) -> tuple[str, int]:
+    """Join ``group`` as its only member (JoinGroup v5 twice, as a new member must) and sync
+    with an empty assignment; returns (member id, generation)."""
+    join = {
+        "group_id": group, "session_timeout_ms": timeout_ms, "rebalance_timeout_ms": timeout_ms,
+        "member_id": "", "protocol_type": protocol_type,
+        "protocols": [{"name": "range", "metadata": metadata}],
+    }  # fmt: skip
+    first = conn.request(ApiKey.JOIN_GROUP, 5, join)
+    assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED, first
+    joined = conn.request(ApiKey.JOIN_GROUP, 5, {**join, "member_id": first["member_id"]})
+    assert joined["error_code"] == ErrorCode.NONE, joined
+    member_id, generation = joined["member_id"], joined["generation_id"]
+    synced = conn.request(
+        ApiKey.SYNC_GROUP,
+        3,
+        {
+            "group_id": group,
+            "generation_id": generation,
+            "member_id": member_id,
+            "assignments": [{"member_id": member_id, "assignment": b""}],
+        },  # fmt: skip
+    )
+    assert synced["error_code"] == ErrorCode.NONE, synced
+    return member_id, generation

@@ -14,7 +14,7 @@ from flux.protocol.errors import ErrorCode
 from flux.sdk.wire import KafkaConnection
 
 from tests.integration.cluster_helpers import partitions
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import join_as_only_member, wait_until
 from tests.integration.test_replication import _create
 
 pytestmark = pytest.mark.integration
@@ -111,31 +111,6 @@ def test_group_members_share_partitions_and_survive_a_killed_member(
                 member.kill()
 
 
-def _join_and_sync(conn: KafkaConnection, group: str) -> tuple[str, int]:
-    join = {
-        "group_id": group, "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
-        "member_id": "", "protocol_type": "consumer",
-        "protocols": [{"name": "range", "metadata": b"\x00\x00"}],
-    }  # fmt: skip
-    first = conn.request(ApiKey.JOIN_GROUP, 5, join)
-    assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED
-    joined = conn.request(ApiKey.JOIN_GROUP, 5, {**join, "member_id": first["member_id"]})
-    assert joined["error_code"] == ErrorCode.NONE, joined
-    member_id, generation = joined["member_id"], joined["generation_id"]
-    synced = conn.request(
-        ApiKey.SYNC_GROUP,
-        3,
-        {
-            "group_id": group,
-            "generation_id": generation,
-            "member_id": member_id,
-            "assignments": [{"member_id": member_id, "assignment": b""}],
-        },  # fmt: skip
-    )
-    assert synced["error_code"] == ErrorCode.NONE
-    return member_id, generation
-
-
 def _commit(conn: KafkaConnection, group: str, member_id: str, generation: int, offset: int) -> int:
     body = {
         "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member_id,
@@ -169,7 +144,7 @@ def test_stale_generation_commit_is_refused_and_offsets_survive_failures(cluster
     nodes = cluster_factory(3, **GROUP_SETTINGS)
     _create(nodes[0], "work", [[1, 2, 3]])
     with _coordinator(nodes[0], "ledger") as conn:
-        member_id, generation = _join_and_sync(conn, "ledger")
+        member_id, generation = join_as_only_member(conn, "ledger")
         assert _commit(conn, "ledger", member_id, generation, 42) == ErrorCode.NONE
         assert _commit(conn, "ledger", member_id, generation - 1, 7) == ErrorCode.ILLEGAL_GENERATION
         assert _commit(conn, "ledger", "stranger", generation, 7) == ErrorCode.UNKNOWN_MEMBER_ID

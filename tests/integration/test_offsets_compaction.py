@@ -32,12 +32,18 @@ from flux.cluster.groups.offsets_records import (
 )
 from flux.protocol.api import ApiKey, encode_request
 from flux.protocol.errors import ErrorCode
-from flux.protocol.records import build_batch, decode_records, iter_batches
+from flux.protocol.records import build_batch
 from flux.sdk.consumer_protocol import Subscription, encode_subscription
 from flux.sdk.wire import KafkaConnection
 
 from tests.integration.cluster_helpers import partitions
-from tests.integration.helpers import create_topic, fetch, list_offset, wait_until
+from tests.integration.helpers import (
+    create_topic,
+    join_as_only_member,
+    list_offset,
+    read_records,
+    wait_until,
+)
 from tests.integration.http_helpers import call, metrics_text
 
 pytestmark = pytest.mark.integration
@@ -106,34 +112,6 @@ def _committed(conn: KafkaConnection, group: str) -> dict[tuple[str, int], int] 
     }
 
 
-def _join(
-    conn: KafkaConnection, group: str, *, metadata: bytes, protocol_type: str = "consumer"
-) -> tuple[str, int]:
-    """Join ``group`` as its only member and sync; returns (member id, generation)."""
-    join = {
-        "group_id": group, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
-        "member_id": "", "protocol_type": protocol_type,
-        "protocols": [{"name": "range", "metadata": metadata}],
-    }  # fmt: skip
-    first = conn.request(ApiKey.JOIN_GROUP, 5, join)
-    assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED, first
-    joined = conn.request(ApiKey.JOIN_GROUP, 5, {**join, "member_id": first["member_id"]})
-    assert joined["error_code"] == ErrorCode.NONE, joined
-    member_id, generation = joined["member_id"], joined["generation_id"]
-    synced = conn.request(
-        ApiKey.SYNC_GROUP,
-        3,
-        {
-            "group_id": group,
-            "generation_id": generation,
-            "member_id": member_id,
-            "assignments": [{"member_id": member_id, "assignment": b""}],
-        },  # fmt: skip
-    )
-    assert synced["error_code"] == ErrorCode.NONE, synced
-    return member_id, generation
-
-
 def _heartbeat(conn: KafkaConnection, group: str, member_id: str, generation: int) -> int:
     body = {"group_id": group, "generation_id": generation, "member_id": member_id}
     return conn.request(ApiKey.HEARTBEAT, 3, body)["error_code"]
@@ -193,20 +171,9 @@ def _offsets_log(conn: KafkaConnection, group: str) -> list[Any]:
     too)."""
     count = len(_partitions_of(conn, OFFSETS))
     partition = partition_for_group(group, count)
-    entries: list[Any] = []
-    offset = list_offset(conn, OFFSETS, -2, partition=partition)["offset"]
-    while True:
-        result = fetch(conn, OFFSETS, offset, partition=partition)
-        assert result["error_code"] == ErrorCode.NONE, result
-        if offset >= result["high_watermark"]:
-            return entries
-        before = offset
-        for header, batch in iter_batches(result["records"]):
-            for record in decode_records(bytes(batch)):
-                if record.offset >= offset:
-                    entries.append(parse_record(record.key, record.value))
-            offset = max(offset, header.last_offset + 1)
-        assert offset > before
+    start = list_offset(conn, OFFSETS, -2, partition=partition)["offset"]
+    records = read_records(conn, OFFSETS, partition=partition, start=start)
+    return [parse_record(record.key, record.value) for record in records]
 
 
 def _partitions_of(conn: KafkaConnection, topic: str) -> list[dict[str, Any]]:
@@ -417,8 +384,8 @@ def test_offset_delete_refusals_and_odd_requests_keep_the_connection(node_factor
     node = node_factory(broker=GROUPS_AT_ONCE)
     with _coordinator(node, "connectors") as conn:
         # Members of a protocol other than the consumer's: what they read is unknown.
-        member_id, generation = _join(
-            conn, "connectors", metadata=b"opaque", protocol_type="connect"
+        member_id, generation = join_as_only_member(
+            conn, "connectors", metadata=b"opaque", protocol_type="connect", timeout_ms=30000
         )
         assert _commit(
             conn, "connectors", {("work", 0): 1}, member_id=member_id, generation=generation
@@ -428,7 +395,9 @@ def test_offset_delete_refusals_and_odd_requests_keep_the_connection(node_factor
             {},
         )
         # A consumer member whose subscription does not decode: every topic counts as its.
-        garbled, garbled_generation = _join(conn, "garbled", metadata=b"\x00")
+        garbled, garbled_generation = join_as_only_member(
+            conn, "garbled", metadata=b"\x00", timeout_ms=30000
+        )
         assert _commit(
             conn, "garbled", {("old", 0): 1}, member_id=garbled, generation=garbled_generation
         ) == [ErrorCode.NONE]
@@ -486,8 +455,12 @@ def test_offsets_expire_after_the_retention_unless_a_member_or_subscription_hold
     assert status in (200, 201), subscribed
     push_group = f"__flux_push.{subscribed['id']}"
     with _coordinator(node, "gone") as conn:
-        gone, gone_generation = _join(conn, "gone", metadata=_subscription("work"))
-        live, live_generation = _join(conn, "live", metadata=_subscription("work"))
+        gone, gone_generation = join_as_only_member(
+            conn, "gone", metadata=_subscription("work"), timeout_ms=30000
+        )
+        live, live_generation = join_as_only_member(
+            conn, "live", metadata=_subscription("work"), timeout_ms=30000
+        )
         assert _commit(
             conn, "gone", {("work", 0): 10}, member_id=gone, generation=gone_generation
         ) == [0]
