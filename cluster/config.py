@@ -125,13 +125,66 @@ _LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 class Listener:
     """One Kafka listener: where it binds and what clients connecting to it are told.
 
-    ``advertised_port`` 0 means "the port actually bound" (so ``port = 0`` works)."""
+    ``advertised_port`` 0 means "the port actually bound" (so ``port = 0`` works).
+    ``security_protocol``: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL``."""
 
     name: str
     host: str
     port: int
     advertised_host: str
     advertised_port: int = 0
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+#: Kafka's security protocols: a listener named after one of them uses it unless
+#: ``broker.listener_security_protocol_map`` says otherwise.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _protocol_map(value: Any) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, tuple) and all(isinstance(item, tuple) for item in value):
+        return value  # already parsed
+    pairs = []
+    for item in _str_list(value):
+        name, colon, protocol = item.partition(":")
+        if not colon or not _LISTENER_NAME.fullmatch(name) or protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(
+                f"entry {item!r} is not of the form NAME:PROTOCOL with PROTOCOL one of "
+                f"{', '.join(SECURITY_PROTOCOLS)}"
+            )
+        pairs.append((name, protocol))
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"listener names must be unique, got {names}")
+    return tuple(pairs)
+
+
+def _protocol_of(name: str, protocols: Mapping[str, str]) -> str:
+    """A listener's security protocol: mapped, else its name if that is a protocol, else
+    PLAINTEXT (Kafka refuses an unmapped name; Flux keeps the listener names it accepted before
+    listeners had protocols, such as ``INTERNAL``, working as they did)."""
+    if name in protocols:
+        return protocols[name]
+    return name if name in SECURITY_PROTOCOLS else "PLAINTEXT"
+
+
+def _mechanisms(value: Any) -> tuple[str, ...]:
+    mechanisms = _str_list(value)
+    for mechanism in mechanisms:
+        if mechanism not in SASL_MECHANISMS:
+            raise ValueError(
+                f"unknown SASL mechanism {mechanism!r} (supported: {', '.join(SASL_MECHANISMS)})"
+            )
+    return tuple(dict.fromkeys(mechanisms))
 
 
 def _parse_listener(text: str) -> tuple[str, str, int]:
@@ -252,6 +305,12 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "advertised_listeners": _Key(
             (), _listener_list, "addresses clients are told per listener, NAME://host:port"
         ),
+        "listener_security_protocol_map": _Key(
+            (),
+            _protocol_map,
+            "listener.security.protocol.map: NAME:PROTOCOL per listener not named after its "
+            "protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
+        ),
         "http_port": _Key(0, _PORT, "HTTP API port (0 = any free port)"),
         "rack": _Key("", _str(), "rack id reported in metadata"),
         "auto_create_topics": _Key(True, _bool, "create unknown topics on metadata/produce"),
@@ -369,6 +428,26 @@ SCHEMA: dict[str, dict[str, _Key]] = {
     "dedup": {
         "window_ms": _Key(600000, _int(0), "message-id deduplication window"),
     },
+    "security": {
+        "ssl_certfile": _Key("", _str(), "ssl.keystore: PEM certificate (chain) of this node"),
+        "ssl_keyfile": _Key("", _str(), "PEM private key of ssl_certfile"),
+        "ssl_cafile": _Key(
+            "", _str(), "ssl.truststore: PEM CA bundle that client certificates must chain to"
+        ),
+        "ssl_client_auth": _Key(
+            "none",
+            _str(("none", "requested", "required")),
+            "ssl.client.auth: ask TLS clients for a certificate (its subject is the principal)",
+        ),
+        "sasl_enabled_mechanisms": _Key(
+            SASL_MECHANISMS, _mechanisms, "sasl.enabled.mechanisms on SASL listeners"
+        ),
+        "connections_max_reauth_ms": _Key(
+            0,
+            _int(0),
+            "connections.max.reauth.ms (KIP-368): a SASL session's lifetime (0 = unlimited)",
+        ),
+    },
     "cleaner": {
         "enable": _Key(
             True, _bool, "log.cleaner.enable: compact topics with cleanup.policy=compact"
@@ -425,10 +504,12 @@ class NodeConfig:
                 Listener("PLAINTEXT", broker["host"], broker["kafka_port"], self.advertised_host),
             )
         advertised = {name: (host, port) for name, host, port in broker["advertised_listeners"]}
+        protocols = dict(broker["listener_security_protocol_map"])
         listeners = []
         for name, host, port in broker["listeners"]:
             advertised_host, advertised_port = advertised.get(name, (host, 0))
-            listeners.append(Listener(name, host, port, advertised_host, advertised_port))
+            protocol = _protocol_of(name, protocols)
+            listeners.append(Listener(name, host, port, advertised_host, advertised_port, protocol))
         return tuple(listeners)
 
 
@@ -477,6 +558,7 @@ def parse_config(raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = 
     _check_api_port(values)
     _check_roles(values)
     _check_listeners(values["broker"])
+    _check_security(values["broker"], values["security"])
     _check_election_timeouts(values["controller"])
     return NodeConfig(values)
 
@@ -576,6 +658,34 @@ def _check_listeners(broker: dict[str, Any]) -> None:
                 f"broker.listeners: {name} binds {host or 'every address'!r}; give its address "
                 f"for clients in broker.advertised_listeners"
             )
+
+
+def _check_security(broker: dict[str, Any], security: dict[str, Any]) -> None:
+    """Every listener has a security protocol; TLS listeners have a certificate and key (and a
+    CA when client certificates are asked for); the files exist."""
+    protocols = dict(broker["listener_security_protocol_map"])
+    names = {name for name, _, _ in broker["listeners"]} or {"PLAINTEXT"}
+    for name in protocols:
+        if name not in names:
+            raise ConfigError(
+                f"broker.listener_security_protocol_map: {name!r} is not in broker.listeners "
+                f"({', '.join(sorted(names))})"
+            )
+    used = {_protocol_of(name, protocols) for name in names}
+    if used & {"SSL", "SASL_SSL"}:
+        for key in ("ssl_certfile", "ssl_keyfile"):
+            if not security[key]:
+                raise ConfigError(f"security.{key}: required by the SSL listener(s)")
+        if security["ssl_client_auth"] != "none" and not security["ssl_cafile"]:
+            raise ConfigError(
+                f"security.ssl_cafile: required with ssl_client_auth = "
+                f"{security['ssl_client_auth']!r}"
+            )
+    for key in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
+        if security[key] and not Path(security[key]).is_file():
+            raise ConfigError(f"security.{key}: no such file {security[key]!r}")
+    if used & {"SASL_PLAINTEXT", "SASL_SSL"} and not security["sasl_enabled_mechanisms"]:
+        raise ConfigError("security.sasl_enabled_mechanisms: a SASL listener needs at least one")
 
 
 def _check_election_timeouts(controller: dict[str, Any]) -> None:

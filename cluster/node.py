@@ -39,6 +39,7 @@ from .http.push import PushManager, PushSettings
 from .http.server import BrokerHttpServer
 from .kafka.apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka.producer_ids import ProducerIdManager
+from .kafka.sasl import ImageCredentials, listener_security
 from .kafka.server import Deferred, KafkaServer
 from .launcher import READY_FILE, STATE_FILE, write_json_atomically
 from .metadata.controller_client import ControllerClient
@@ -184,6 +185,7 @@ class Node:
         await self.http.start()
         self.lifecycle.http_port = self.http.port
         handle = _measured(apis.handle, self.metrics)
+        credentials = ImageCredentials(lambda: replicas.image)
         # The listener binds first so the registration carries the real port; requests that
         # arrive before the first metadata image are answered from the empty image.
         for listener in config.listeners:
@@ -195,6 +197,9 @@ class Node:
                 max_connections=config.broker.max_connections,
                 advertised_versions=ADVERTISED_VERSIONS,
                 listener=listener.name,
+                security=listener_security(
+                    listener.security_protocol, config.security, credentials
+                ),
             )
             await server.start()
             self.kafka_servers.append(server)

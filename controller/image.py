@@ -26,8 +26,10 @@ from flux.controller.records import (
     AllocateProducerIds,
     ConfigChange,
     ControllerActivated,
+    CreateAcl,
     CreatePartitions,
     CreateTopic,
+    DeleteAcl,
     DeleteSubscription,
     DeleteTopic,
     FenceBroker,
@@ -36,9 +38,13 @@ from flux.controller.records import (
     Record,
     RegisterBroker,
     RegisterSubscription,
+    RemoveUserScramCredential,
     SubscriptionStateChange,
     SubscriptionWindowChange,
     UnfenceBroker,
+    UserScramCredential,
+    record_from_dict,
+    record_to_dict,
 )
 
 __all__ = [
@@ -334,7 +340,9 @@ class MetadataImage:
 
     ``brokers`` maps broker id to registration, ``topics`` maps topic name to topic and
     ``broker_configs`` maps a broker resource name (``"1"``, or ``""`` for the cluster default)
-    to its sorted config pairs.
+    to its sorted config pairs. ``scram_credentials`` maps ``(user, mechanism)`` to the record
+    that set it (salted keys, never a password); ``acls`` holds each ACL binding as the
+    ``CreateAcl`` record that added it, keyed by ``acl_key``.
     """
 
     EMPTY: ClassVar[MetadataImage]
@@ -345,12 +353,18 @@ class MetadataImage:
     broker_configs: FrozenMap[str, tuple[tuple[str, str], ...]] = field(default_factory=FrozenMap)
     next_producer_id: int = 0  # the first producer id not yet allocated to any broker
     subscriptions: FrozenMap[str, SubscriptionImage] = field(default_factory=FrozenMap)
+    scram_credentials: FrozenMap[tuple[str, str], UserScramCredential] = field(
+        default_factory=FrozenMap
+    )
+    acls: FrozenMap[tuple[Any, ...], CreateAcl] = field(default_factory=FrozenMap)
 
     def __setstate__(self, state: Sequence[Any]) -> None:
         """Unpickle; snapshots written before a field existed get its default (so a controller
         upgraded in place reads its old Raft snapshot)."""
         values = dict(zip([f.name for f in fields(self)], state, strict=False))
         values.setdefault("subscriptions", FrozenMap())
+        values.setdefault("scram_credentials", FrozenMap())
+        values.setdefault("acls", FrozenMap())
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
@@ -553,6 +567,29 @@ class MetadataImage:
             return self._ignore(record, "unknown subscription")
         return replace(self, subscriptions=self.subscriptions.remove(record.subscription_id))
 
+    def _replay_scram_credential(self, record: UserScramCredential) -> MetadataImage:
+        key = (record.name, record.mechanism)
+        credentials = self.scram_credentials.set(key, record)
+        return replace(self, scram_credentials=FrozenMap(sorted(credentials.items())))
+
+    def _replay_remove_scram_credential(self, record: RemoveUserScramCredential) -> MetadataImage:
+        key = (record.name, record.mechanism)
+        if key not in self.scram_credentials:
+            return self._ignore(record, "no such credential")
+        return replace(self, scram_credentials=self.scram_credentials.remove(key))
+
+    def _replay_create_acl(self, record: CreateAcl) -> MetadataImage:
+        key = acl_key(record)
+        if key in self.acls:
+            return self._ignore(record, "ACL exists")
+        return replace(self, acls=FrozenMap(sorted(self.acls.set(key, record).items())))
+
+    def _replay_delete_acl(self, record: DeleteAcl) -> MetadataImage:
+        key = acl_key(record)
+        if key not in self.acls:
+            return self._ignore(record, "no such ACL")
+        return replace(self, acls=self.acls.remove(key))
+
     # -- serialization ------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -566,11 +603,15 @@ class MetadataImage:
                 for name, pairs in self.broker_configs.items()
             ],
             "subscriptions": [s.to_dict() for s in self.subscriptions.values()],
+            "scram_credentials": [record_to_dict(c) for c in self.scram_credentials.values()],
+            "acls": [record_to_dict(a) for a in self.acls.values()],
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MetadataImage:
         brokers = (BrokerRegistration.from_dict(b) for b in data["brokers"])
+        credentials = [record_from_dict(c) for c in data.get("scram_credentials", ())]
+        acls = [record_from_dict(a) for a in data.get("acls", ())]
         topics = (TopicImage.from_dict(t) for t in data["topics"])
         return cls(
             version=int(data["version"]),
@@ -591,7 +632,24 @@ class MetadataImage:
                     )
                 )
             ),
+            scram_credentials=FrozenMap(
+                sorted(((c.name, c.mechanism), c) for c in credentials)  # type: ignore[union-attr]
+            ),
+            acls=FrozenMap(sorted((acl_key(a), a) for a in acls)),  # type: ignore[arg-type]
         )
+
+
+def acl_key(record: CreateAcl | DeleteAcl) -> tuple[Any, ...]:
+    """An ACL binding's identity: all of its fields."""
+    return (
+        record.resource_type,
+        record.resource_name,
+        record.pattern_type,
+        record.principal,
+        record.host,
+        record.operation,
+        record.permission,
+    )
 
 
 def _set_pair(
@@ -620,6 +678,10 @@ _REPLAYERS: dict[type[Any], Any] = {
     SubscriptionStateChange: MetadataImage._replay_subscription_state,
     SubscriptionWindowChange: MetadataImage._replay_subscription_window,
     DeleteSubscription: MetadataImage._replay_delete_subscription,
+    UserScramCredential: MetadataImage._replay_scram_credential,
+    RemoveUserScramCredential: MetadataImage._replay_remove_scram_credential,
+    CreateAcl: MetadataImage._replay_create_acl,
+    DeleteAcl: MetadataImage._replay_delete_acl,
 }
 
 MetadataImage.EMPTY = MetadataImage(version=0)
@@ -663,6 +725,10 @@ class MetadataDelta:
     changed_brokers: tuple[int, ...]
     deleted_brokers: tuple[int, ...]
     changed_broker_configs: tuple[str, ...]
+    #: SCRAM credentials changed (``scram_credentials`` is another object).
+    credentials_changed: bool = False
+    #: ACL bindings changed.
+    acls_changed: bool = False
 
     @classmethod
     def between(cls, old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -693,6 +759,8 @@ class MetadataDelta:
             changed_brokers=changed_brokers,
             deleted_brokers=deleted_brokers,
             changed_broker_configs=changed_configs,
+            credentials_changed=old.scram_credentials is not new.scram_credentials,
+            acls_changed=old.acls is not new.acls,
         )
 
     def partition_roles(self, broker_id: int) -> RoleChanges:

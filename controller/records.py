@@ -39,6 +39,10 @@ __all__ = [
     "SubscriptionStateChange",
     "SubscriptionWindowChange",
     "UnfenceBroker",
+    "UserScramCredential",
+    "RemoveUserScramCredential",
+    "CreateAcl",
+    "DeleteAcl",
     "record_from_dict",
     "record_to_dict",
 ]
@@ -210,6 +214,55 @@ class DeleteSubscription:
     subscription_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class UserScramCredential:
+    """Set user ``name``'s SCRAM credential for ``mechanism`` (``SCRAM-SHA-256`` or
+    ``SCRAM-SHA-512``; Kafka's UserScramCredentialRecord). ``salt``, ``stored_key`` and
+    ``server_key`` are base64: what RFC 5802 lets a server keep, never the password."""
+
+    name: str
+    mechanism: str
+    salt: str
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredential:
+    """Remove user ``name``'s credential for ``mechanism``; ignored if there is none."""
+
+    name: str
+    mechanism: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAcl:
+    """Add one ACL binding (``flux.auth.acl.AclBinding`` as its wire codes); ignored if the
+    same binding exists."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAcl:
+    """Remove one ACL binding (the same fields as ``CreateAcl``); ignored if absent."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
 Record = (
     ControllerActivated
     | RegisterBroker
@@ -225,6 +278,10 @@ Record = (
     | SubscriptionStateChange
     | SubscriptionWindowChange
     | DeleteSubscription
+    | UserScramCredential
+    | RemoveUserScramCredential
+    | CreateAcl
+    | DeleteAcl
 )
 
 RECORD_TYPES: dict[str, type[Any]] = {
@@ -244,6 +301,10 @@ RECORD_TYPES: dict[str, type[Any]] = {
         SubscriptionStateChange,
         SubscriptionWindowChange,
         DeleteSubscription,
+        UserScramCredential,
+        RemoveUserScramCredential,
+        CreateAcl,
+        DeleteAcl,
     )
 }
 
@@ -413,6 +474,33 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
     "SubscriptionStateChange": {"subscription_id": _str, "active": _bool, "changed_ms": _int},
     "SubscriptionWindowChange": {"subscription_id": _str, "max_in_flight": _in_flight},
     "DeleteSubscription": {"subscription_id": _str},
+    "UserScramCredential": {
+        "name": _str,
+        "mechanism": _str,
+        "salt": _str,
+        "stored_key": _str,
+        "server_key": _str,
+        "iterations": _int,
+    },
+    "RemoveUserScramCredential": {"name": _str, "mechanism": _str},
+    "CreateAcl": {
+        "resource_type": _int,
+        "resource_name": _str,
+        "pattern_type": _int,
+        "principal": _str,
+        "host": _str,
+        "operation": _int,
+        "permission": _int,
+    },
+    "DeleteAcl": {
+        "resource_type": _int,
+        "resource_name": _str,
+        "pattern_type": _int,
+        "principal": _str,
+        "host": _str,
+        "operation": _int,
+        "permission": _int,
+    },
     "ConfigChange": {
         "resource_type": _str,
         "resource_name": _str,

@@ -48,7 +48,7 @@ from typing import Any
 from aiohttp import web
 from flux.protocol.errors import ErrorCode
 
-from . import handlers
+from . import handlers, security
 from .handlers import ControllerResult
 from .image import MetadataImage
 from .quorum import MetadataQuorum, NotControllerError, ProposalTimeoutError
@@ -163,6 +163,8 @@ class ControllerService:
                 web.post("/controller/partitions/alter", self._json(self._alter_partition)),
                 web.post("/controller/elect-leaders", self._json(self._elect_leaders)),
                 web.post("/controller/configs", self._json(self._alter_configs)),
+                web.post("/controller/scram-credentials", self._json(self._alter_credentials)),
+                web.post("/controller/acls", self._json(self._change_acls)),
                 web.post("/controller/producer-ids", self._json(self._allocate_producer_ids)),
                 web.get("/controller/status", self._status),
                 web.post("/controller/subscriptions", self._json(self._register_subscription)),
@@ -657,6 +659,34 @@ class ControllerService:
                 changes=changes,
                 validate_only=bool(body.get("validate_only", False)),
             )
+        )
+        return {**result.response, "version": image.version}
+
+    # -- security -----------------------------------------------------------------------------
+
+    async def _alter_credentials(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        deletions = body.get("deletions", [])
+        upsertions = body.get("upsertions", [])
+        for name, value in (("deletions", deletions), ("upsertions", upsertions)):
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise _BadRequest(f"field {name!r} must be a list of objects")
+        result, image = await self._write(
+            lambda image: security.alter_scram_credentials(
+                image, deletions=deletions, upsertions=upsertions
+            )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _change_acls(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        create = body.get("create", [])
+        delete = body.get("delete", [])
+        for name, value in (("create", create), ("delete", delete)):
+            if not isinstance(value, list):
+                raise _BadRequest(f"field {name!r} must be a list of ACL bindings")
+        result, image = await self._write(
+            lambda image: security.change_acls(image, create=create, delete=delete)
         )
         return {**result.response, "version": image.version}
 

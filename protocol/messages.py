@@ -875,6 +875,180 @@ OFFSET_DELETE_RESPONSE = Message(
     ),
 )
 
+# ------------------------------------------------------------------- SaslHandshake (17)
+
+# v0: the SASL tokens that follow are raw frames (no Kafka header); v1: they travel in
+# SaslAuthenticate requests. The response is the same in both versions.
+SASL_HANDSHAKE_REQUEST = Message(
+    "SaslHandshakeRequest", 17, "0-1", "none",
+    f("Mechanism", "string", "0+"),
+)
+
+SASL_HANDSHAKE_RESPONSE = Message(
+    "SaslHandshakeResponse", 17, "0-1", "none",
+    f("ErrorCode", "int16", "0+"),
+    f("Mechanisms", "[]string", "0+"),
+)
+
+# ---------------------------------------------------------------- SaslAuthenticate (36)
+
+SASL_AUTHENTICATE_REQUEST = Message(
+    "SaslAuthenticateRequest", 36, "0-2", "2+",
+    f("AuthBytes", "bytes", "0+"),
+)
+
+SASL_AUTHENTICATE_RESPONSE = Message(
+    "SaslAuthenticateResponse", 36, "0-2", "2+",
+    f("ErrorCode", "int16", "0+"),
+    f("ErrorMessage", "string", "0+", nullable="0+"),
+    f("AuthBytes", "bytes", "0+"),
+    f("SessionLifetimeMs", "int64", "1+", default="0"),
+)
+
+# -------------------------------------------------------------------- DescribeAcls (29)
+
+DESCRIBE_ACLS_REQUEST = Message(
+    "DescribeAclsRequest", 29, "0-3", "2+",
+    f("ResourceTypeFilter", "int8", "0+"),
+    f("ResourceNameFilter", "string", "0+", nullable="0+"),
+    f("PatternTypeFilter", "int8", "1+", default="3"),
+    f("PrincipalFilter", "string", "0+", nullable="0+"),
+    f("HostFilter", "string", "0+", nullable="0+"),
+    f("Operation", "int8", "0+"),
+    f("PermissionType", "int8", "0+"),
+)
+
+DESCRIBE_ACLS_RESPONSE = Message(
+    "DescribeAclsResponse", 29, "0-3", "2+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "0+"),
+    f("ErrorMessage", "string", "0+", nullable="0+"),
+    f("Resources", "[]DescribeAclsResource", "0+",
+        f("ResourceType", "int8", "0+"),
+        f("ResourceName", "string", "0+"),
+        f("PatternType", "int8", "1+", default="3"),
+        f("Acls", "[]AclDescription", "0+",
+            f("Principal", "string", "0+"),
+            f("Host", "string", "0+"),
+            f("Operation", "int8", "0+"),
+            f("PermissionType", "int8", "0+"),
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------------- CreateAcls (30)
+
+CREATE_ACLS_REQUEST = Message(
+    "CreateAclsRequest", 30, "0-3", "2+",
+    f("Creations", "[]AclCreation", "0+",
+        f("ResourceType", "int8", "0+"),
+        f("ResourceName", "string", "0+"),
+        f("ResourcePatternType", "int8", "1+", default="3"),
+        f("Principal", "string", "0+"),
+        f("Host", "string", "0+"),
+        f("Operation", "int8", "0+"),
+        f("PermissionType", "int8", "0+"),
+    ),
+)
+
+CREATE_ACLS_RESPONSE = Message(
+    "CreateAclsResponse", 30, "0-3", "2+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("Results", "[]AclCreationResult", "0+",
+        f("ErrorCode", "int16", "0+"),
+        f("ErrorMessage", "string", "0+", nullable="0+"),
+    ),
+)
+
+# ---------------------------------------------------------------------- DeleteAcls (31)
+
+DELETE_ACLS_REQUEST = Message(
+    "DeleteAclsRequest", 31, "0-3", "2+",
+    f("Filters", "[]DeleteAclsFilter", "0+",
+        f("ResourceTypeFilter", "int8", "0+"),
+        f("ResourceNameFilter", "string", "0+", nullable="0+"),
+        f("PatternTypeFilter", "int8", "1+", default="3"),
+        f("PrincipalFilter", "string", "0+", nullable="0+"),
+        f("HostFilter", "string", "0+", nullable="0+"),
+        f("Operation", "int8", "0+"),
+        f("PermissionType", "int8", "0+"),
+    ),
+)
+
+DELETE_ACLS_RESPONSE = Message(
+    "DeleteAclsResponse", 31, "0-3", "2+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("FilterResults", "[]DeleteAclsFilterResult", "0+",
+        f("ErrorCode", "int16", "0+"),
+        f("ErrorMessage", "string", "0+", nullable="0+"),
+        f("MatchingAcls", "[]DeleteAclsMatchingAcl", "0+",
+            f("ErrorCode", "int16", "0+"),
+            f("ErrorMessage", "string", "0+", nullable="0+"),
+            f("ResourceType", "int8", "0+"),
+            f("ResourceName", "string", "0+"),
+            f("PatternType", "int8", "1+", default="3"),
+            f("Principal", "string", "0+"),
+            f("Host", "string", "0+"),
+            f("Operation", "int8", "0+"),
+            f("PermissionType", "int8", "0+"),
+        ),
+    ),
+)
+
+# ---------------------------------------------------- DescribeUserScramCredentials (50)
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST = Message(
+    "DescribeUserScramCredentialsRequest", 50, "0", "0+",
+    # null or empty: describe every user.
+    f("Users", "[]UserName", "0+",
+        f("Name", "string", "0+"),
+        nullable="0+",
+    ),
+)
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE = Message(
+    "DescribeUserScramCredentialsResponse", 50, "0", "0+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "0+"),
+    f("ErrorMessage", "string", "0+", nullable="0+"),
+    f("Results", "[]DescribeUserScramCredentialsResult", "0+",
+        f("User", "string", "0+"),
+        f("ErrorCode", "int16", "0+"),
+        f("ErrorMessage", "string", "0+", nullable="0+"),
+        f("CredentialInfos", "[]CredentialInfo", "0+",
+            f("Mechanism", "int8", "0+"),
+            f("Iterations", "int32", "0+"),
+        ),
+    ),
+)
+
+# ------------------------------------------------------- AlterUserScramCredentials (51)
+
+ALTER_USER_SCRAM_CREDENTIALS_REQUEST = Message(
+    "AlterUserScramCredentialsRequest", 51, "0", "0+",
+    f("Deletions", "[]ScramCredentialDeletion", "0+",
+        f("Name", "string", "0+"),
+        f("Mechanism", "int8", "0+"),
+    ),
+    f("Upsertions", "[]ScramCredentialUpsertion", "0+",
+        f("Name", "string", "0+"),
+        f("Mechanism", "int8", "0+"),
+        f("Iterations", "int32", "0+"),
+        f("Salt", "bytes", "0+"),
+        f("SaltedPassword", "bytes", "0+"),
+    ),
+)
+
+ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = Message(
+    "AlterUserScramCredentialsResponse", 51, "0", "0+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("Results", "[]AlterUserScramCredentialsResult", "0+",
+        f("User", "string", "0+"),
+        f("ErrorCode", "int16", "0+"),
+        f("ErrorMessage", "string", "0+", nullable="0+"),
+    ),
+)
+
 # fmt: on
 
 # ---------------------------------------------------------------------------------- registry
@@ -908,6 +1082,13 @@ REQUESTS: dict[int, Message] = {
         DELETE_GROUPS_REQUEST,
         INCREMENTAL_ALTER_CONFIGS_REQUEST,
         OFFSET_DELETE_REQUEST,
+        SASL_HANDSHAKE_REQUEST,
+        SASL_AUTHENTICATE_REQUEST,
+        DESCRIBE_ACLS_REQUEST,
+        CREATE_ACLS_REQUEST,
+        DELETE_ACLS_REQUEST,
+        DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
+        ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
     )
 }
 
@@ -940,5 +1121,12 @@ RESPONSES: dict[int, Message] = {
         DELETE_GROUPS_RESPONSE,
         INCREMENTAL_ALTER_CONFIGS_RESPONSE,
         OFFSET_DELETE_RESPONSE,
+        SASL_HANDSHAKE_RESPONSE,
+        SASL_AUTHENTICATE_RESPONSE,
+        DESCRIBE_ACLS_RESPONSE,
+        CREATE_ACLS_RESPONSE,
+        DELETE_ACLS_RESPONSE,
+        DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
+        ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
     )
 }

@@ -16,8 +16,8 @@ client sends can make the broker drop data it already acknowledged.
 The handlers are mixins, one module per API family: ``metadata`` (Metadata, DescribeCluster),
 ``produce``, ``fetch`` (Fetch, ListOffsets), ``admin`` (CreateTopics, DeleteTopics,
 CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), ``groups`` (the
-group coordinator's APIs) and ``producer_ids`` (InitProducerId); ``common`` holds the state
-they share. ApiVersions is answered here, from ``ADVERTISED_VERSIONS``.
+group coordinator's APIs), ``producer_ids`` (InitProducerId) and ``security`` (the SCRAM
+credential APIs); ``common`` holds the state they share. ApiVersions is answered here, from ``ADVERTISED_VERSIONS``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from .groups import GroupApis
 from .metadata import MetadataApis
 from .produce import ProduceApis
 from .producer_ids import ProducerIdApis, ProducerIdManager
+from .security import SecurityApis
 from .server import ConnectionInfo, Deferred
 
 __all__ = ["ADVERTISED_VERSIONS", "KafkaApis"]
@@ -69,6 +70,11 @@ _IMPLEMENTED_APIS = (
     ApiKey.DESCRIBE_GROUPS,
     ApiKey.DELETE_GROUPS,
     ApiKey.OFFSET_DELETE,
+    # Answered by the listener (``server.py``), which owns the connection's SASL state.
+    ApiKey.SASL_HANDSHAKE,
+    ApiKey.SASL_AUTHENTICATE,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
 )
 # ListOffsets v7 adds MAX_TIMESTAMP lookups (-3); InitProducerId v5+ is for transactions 2.0.
 # OffsetFetch v8 batches groups; v7 serves every client we test.
@@ -79,7 +85,9 @@ ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 
-class KafkaApis(MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, ProducerIdApis):
+class KafkaApis(
+    MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, ProducerIdApis, SecurityApis
+):
     """Answers Kafka requests against this broker's ``ReplicaManager`` and metadata image."""
 
     def __init__(
@@ -122,6 +130,8 @@ class KafkaApis(MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, Prod
             ApiKey.DESCRIBE_GROUPS: self._describe_groups,
             ApiKey.DELETE_GROUPS: self._delete_groups,
             ApiKey.OFFSET_DELETE: self._offset_delete,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._describe_user_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_user_scram_credentials,
         }
 
     async def handle(

@@ -15,6 +15,12 @@ of the run.
 A connection that sends something we cannot answer (an impossible size, an undecodable frame,
 an unknown API) is logged and closed after the responses already due; every other connection
 is unaffected.
+
+A listener's ``ListenerSecurity`` (``sasl.py``) adds TLS (the asyncio server's SSL context)
+and, on SASL listeners, the SASL exchange each connection must complete before anything but
+ApiVersions, SaslHandshake and SaslAuthenticate is served. Those two SASL APIs are answered
+here, not by the handler: they change the connection, not the cluster. The connection's
+principal (``ConnectionInfo.principal``) is what authorization goes by.
 """
 
 from __future__ import annotations
@@ -25,13 +31,18 @@ import socket
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from flux.auth.principal import ANONYMOUS, principal_from_certificate_subject
 from flux.protocol.api import (
+    ApiKey,
     RequestHeader,
     decode_request,
+    encode_response,
     encode_unsupported_api_versions_response,
 )
-from flux.protocol.errors import InvalidFrameError, UnsupportedVersionError
+from flux.protocol.errors import ErrorCode, InvalidFrameError, UnsupportedVersionError
 from flux.protocol.framing import SIZE_PREFIX, read_size
+
+from .sasl import FAILED_AUTHENTICATION_DELAY_S, ListenerSecurity, SaslFailure, SaslSession
 
 __all__ = ["MAX_IN_FLIGHT_REQUESTS", "Deferred", "Handler", "KafkaServer"]
 
@@ -85,14 +96,17 @@ Handler = Callable[[RequestHeader, dict, "ConnectionInfo"], Awaitable["bytes | D
 
 
 class ConnectionInfo:
-    """One client connection: its peer address and the listener it came in on."""
+    """One client connection: its peer address, the listener it came in on, and who it is
+    (``principal``, ``User:ANONYMOUS`` until a SASL exchange or a client certificate says)."""
 
-    __slots__ = ("peer", "listener", "requests")
+    __slots__ = ("peer", "listener", "requests", "principal", "sasl")
 
     def __init__(self, peer: str, listener: str = "PLAINTEXT") -> None:
         self.peer = peer
         self.listener = listener
         self.requests = 0
+        self.principal = str(ANONYMOUS)
+        self.sasl: SaslSession | None = None
 
 
 class KafkaServer:
@@ -108,9 +122,11 @@ class KafkaServer:
         max_connections: int,
         advertised_versions: Mapping[int, tuple[int, int]],
         listener: str = "PLAINTEXT",
+        security: ListenerSecurity | None = None,
     ) -> None:
         self._handler = handler
         self.listener = listener
+        self._security = security or ListenerSecurity()
         self._advertised_versions = dict(advertised_versions)
         self._host = host
         self._port = port
@@ -127,7 +143,12 @@ class KafkaServer:
     async def start(self) -> None:
         try:
             self._server = await asyncio.start_server(
-                self._accept, self._host, self._port, reuse_address=True, limit=1 << 20
+                self._accept,
+                self._host,
+                self._port,
+                reuse_address=True,
+                limit=1 << 20,
+                ssl=self._security.ssl_context,
             )
         except OSError as error:
             raise OSError(
@@ -160,8 +181,15 @@ class KafkaServer:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        info = ConnectionInfo(peer, self.listener)
+        if self._security.ssl_context is not None:
+            certificate = writer.get_extra_info("peercert")
+            if certificate:
+                info.principal = str(principal_from_certificate_subject(certificate.get("subject")))
+        if self._security.uses_sasl:
+            info.sasl = SaslSession(self._security, peer)
         try:
-            await self._serve(reader, writer, ConnectionInfo(peer, self.listener))
+            await self._serve(reader, writer, info)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -210,6 +238,20 @@ class KafkaServer:
                 frame = await reader.readexactly(size)
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
+            sasl = info.sasl
+            if sasl is not None and sasl.expects_raw_token:
+                # After SaslHandshake v0 the SASL tokens travel as bare size-prefixed frames.
+                try:
+                    token = await sasl.raw_token(frame)
+                except SaslFailure as failure:
+                    log.info("closing connection from %s: %s", info.peer, failure)
+                    if failure.authentication_failed:
+                        await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
+                    return
+                if sasl.principal is not None:
+                    info.principal = sasl.principal
+                await responses.put(len(token).to_bytes(4, "big") + token)
+                continue
             try:
                 header, body = decode_request(frame)
             except UnsupportedVersionError as error:
@@ -227,12 +269,62 @@ class KafkaServer:
                 log.warning("closing connection from %s: malformed request: %s", info.peer, error)
                 return
             info.requests += 1
+            if sasl is not None:
+                try:
+                    sasl.check_request(header.api_key)
+                except SaslFailure as failure:
+                    log.warning("closing connection from %s: %s", info.peer, failure)
+                    return
+            if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+                answer, close = await self._sasl_request(header, body, info)
+                await responses.put(encode_response(header, answer))
+                if close:
+                    return
+                continue
             try:
                 response = await self._handler(header, body, info)
             except UnsupportedVersionError as error:
                 log.warning("closing connection from %s: %s", info.peer, error)
                 return
             await responses.put(response)
+
+    async def _sasl_request(
+        self, header: RequestHeader, body: dict[str, Any], info: ConnectionInfo
+    ) -> tuple[dict[str, Any], bool]:
+        """The answer to a SaslHandshake or SaslAuthenticate, and whether to close after it."""
+        handshake = header.api_key == ApiKey.SASL_HANDSHAKE
+        sasl = info.sasl
+        if sasl is None:
+            # Kafka answers these on a listener without SASL with ILLEGAL_SASL_STATE.
+            if handshake:
+                return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}, False
+            return {
+                "error_code": ErrorCode.ILLEGAL_SASL_STATE,
+                "error_message": f"listener {self.listener} does not use SASL",
+                "auth_bytes": b"",
+                "session_lifetime_ms": 0,
+            }, False
+        try:
+            if handshake:
+                return sasl.handshake(header.api_version, body), False
+            answer = await sasl.authenticate(header.api_version, body)
+        except SaslFailure as failure:
+            if failure.authentication_failed:
+                log.info("closing connection from %s: %s", info.peer, failure)
+                await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
+            else:
+                log.warning("closing connection from %s: %s", info.peer, failure)
+            if failure.response is None:
+                failure.response = {
+                    "error_code": ErrorCode.ILLEGAL_SASL_STATE,
+                    "error_message": str(failure),
+                    "auth_bytes": b"",
+                    "session_lifetime_ms": 0,
+                }
+            return failure.response, True
+        if sasl.principal is not None:
+            info.principal = sasl.principal
+        return answer, False
 
 
 #: Queued after a connection's last response: the writer stops there.
