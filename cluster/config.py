@@ -442,6 +442,19 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "sasl_enabled_mechanisms": _Key(
             SASL_MECHANISMS, _mechanisms, "sasl.enabled.mechanisms on SASL listeners"
         ),
+        "authorizer_enable": _Key(
+            False,
+            _bool,
+            "authorize every Kafka request by ACLs (Kafka's authorizer.class.name set)",
+        ),
+        "super_users": _Key(
+            (), _str_list, "super.users: principals allowed everything, e.g. User:admin"
+        ),
+        "allow_everyone_if_no_acl_found": _Key(
+            False,
+            _bool,
+            "allow.everyone.if.no.acl.found: a resource without ACLs is open to all",
+        ),
         "connections_max_reauth_ms": _Key(
             0,
             _int(0),

@@ -33,6 +33,7 @@ from ..metadata.controller_client import ControllerClient
 from ..metadata.lifecycle import BrokerLifecycle
 from ..replication.replica_manager import ReplicaManager
 from .admin import AdminApis
+from .authorization import RequestAuthorizer
 from .fetch import FetchApis
 from .groups import GroupApis
 from .metadata import MetadataApis
@@ -75,6 +76,9 @@ _IMPLEMENTED_APIS = (
     ApiKey.SASL_AUTHENTICATE,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    ApiKey.DESCRIBE_ACLS,
+    ApiKey.CREATE_ACLS,
+    ApiKey.DELETE_ACLS,
 )
 # ListOffsets v7 adds MAX_TIMESTAMP lookups (-3); InitProducerId v5+ is for transactions 2.0.
 # OffsetFetch v8 batches groups; v7 serves every client we test.
@@ -106,6 +110,13 @@ class KafkaApis(
         self._producer_ids = producer_ids
         self._groups = groups
         self._node_id = config.node.id
+        security = config.security
+        self.authorization = RequestAuthorizer(
+            enabled=security.authorizer_enable,
+            super_users=frozenset(security.super_users),
+            allow_everyone_if_no_acl_found=security.allow_everyone_if_no_acl_found,
+            image=lambda: replicas.image,
+        )
         # Metadata, DescribeCluster, FindCoordinator and JoinGroup also need the connection
         # and are dispatched in ``handle``.
         self._handlers = {
@@ -132,6 +143,9 @@ class KafkaApis(
             ApiKey.OFFSET_DELETE: self._offset_delete,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._describe_user_scram_credentials,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_user_scram_credentials,
+            ApiKey.DESCRIBE_ACLS: self._describe_acls,
+            ApiKey.CREATE_ACLS: self._create_acls,
+            ApiKey.DELETE_ACLS: self._delete_acls,
         }
 
     async def handle(
@@ -140,6 +154,31 @@ class KafkaApis(
         low, high = ADVERTISED_VERSIONS.get(header.api_key, (1, 0))
         if not low <= header.api_version <= high:
             raise UnsupportedVersionError(header.api_key, header.api_version, header.correlation_id)
+        patch = None
+        if self.authorization.enabled:
+            decision = self.authorization.check(
+                header, body, connection.principal, connection.peer.rpartition(":")[0]
+            )
+            if decision.refusal is not None:
+                return encode_response(header, decision.refusal)
+            body, patch = decision.body, decision.patch
+        response = await self._dispatch(header, body, connection)
+        if patch is not None and response is not None:
+            if isinstance(response, Deferred):
+                response = response.then(lambda done: None if done is None else patch(done))
+            else:
+                response = patch(response)
+        if response is None:
+            return None
+        if isinstance(response, Deferred):
+            return response.then(
+                lambda done: None if done is None else encode_response(header, done)
+            )
+        return encode_response(header, response)
+
+    async def _dispatch(
+        self, header: RequestHeader, body: dict[str, Any], connection: ConnectionInfo
+    ) -> dict[str, Any] | Deferred | None:
         if header.api_key == ApiKey.JOIN_GROUP:
             response = await self._join_group(header, body, connection.peer)
         elif header.api_key == ApiKey.METADATA:
@@ -151,13 +190,7 @@ class KafkaApis(
             response = await self._find_coordinator(header, body, connection.listener)
         else:
             response = await self._handlers[header.api_key](header, body)
-        if response is None:
-            return None
-        if isinstance(response, Deferred):
-            return response.then(
-                lambda done: None if done is None else encode_response(header, done)
-            )
-        return encode_response(header, response)
+        return response
 
     # -- ApiVersions --------------------------------------------------------------------------
 
