@@ -455,6 +455,18 @@ SCHEMA: dict[str, dict[str, _Key]] = {
             _bool,
             "allow.everyone.if.no.acl.found: a resource without ACLs is open to all",
         ),
+        "internal_tls": _Key(
+            False,
+            _bool,
+            "node-to-node and node HTTP over TLS with ssl_certfile/ssl_keyfile, peers verified "
+            "against ssl_cafile",
+        ),
+        "internal_auth": _Key(
+            False,
+            _bool,
+            "node-only HTTP endpoints require the cluster credential derived from "
+            "controller.secret (every node then needs the secret)",
+        ),
         "connections_max_reauth_ms": _Key(
             0,
             _int(0),
@@ -572,6 +584,11 @@ def parse_config(raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = 
     _check_roles(values)
     _check_listeners(values["broker"])
     _check_security(values["broker"], values["security"])
+    if values["security"]["internal_auth"] and not values["controller"]["secret"]:
+        raise ConfigError(
+            "controller.secret: security.internal_auth needs the cluster's shared secret on "
+            "every node, brokers included"
+        )
     _check_election_timeouts(values["controller"])
     return NodeConfig(values)
 
@@ -697,6 +714,10 @@ def _check_security(broker: dict[str, Any], security: dict[str, Any]) -> None:
     for key in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
         if security[key] and not Path(security[key]).is_file():
             raise ConfigError(f"security.{key}: no such file {security[key]!r}")
+    if security["internal_tls"]:
+        for key in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
+            if not security[key]:
+                raise ConfigError(f"security.{key}: required by security.internal_tls")
     if used & {"SASL_PLAINTEXT", "SASL_SSL"} and not security["sasl_enabled_mechanisms"]:
         raise ConfigError("security.sasl_enabled_mechanisms: a SASL listener needs at least one")
 

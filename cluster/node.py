@@ -37,6 +37,7 @@ from .http.memory_topics import MemoryTopicCleaner
 from .http.metrics import BrokerMetrics
 from .http.push import PushManager, PushSettings
 from .http.server import BrokerHttpServer
+from .internal_security import InternalSecurity
 from .kafka.apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka.producer_ids import ProducerIdManager
 from .kafka.sasl import ImageCredentials, listener_security
@@ -63,6 +64,7 @@ class Node:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
+        self.internal = InternalSecurity.from_config(config)
         self.controller: ControllerService | None = None
         self.replicas: ReplicaManager | None = None
         self.kafka_servers: list[KafkaServer] = []
@@ -131,6 +133,8 @@ class Node:
                     controller.election_timeout_min_ms,
                     controller.election_timeout_max_ms,
                 ),
+                ssl_context=self.internal.server_ssl,
+                middlewares=tuple(self.internal.middlewares()),
             )
         )
         await self.controller.start()
@@ -140,7 +144,7 @@ class Node:
         self.replicas = ReplicaManager(config)
         replicas = self.replicas
         self._controller_client = ControllerClient(
-            [voter.http_address for voter in config.controller.voters]
+            [voter.http_address for voter in config.controller.voters], internal=self.internal
         )
         # The HTTP port is registered with the controller; it is bound (below) before the
         # lifecycle starts, once every handler it serves exists.
@@ -163,7 +167,9 @@ class Node:
         self.metrics = BrokerMetrics(
             broker_id=config.node.id, partitions=replicas.partitions, image=lambda: replicas.image
         )
-        self.peers = BrokerPeers(lambda: replicas.image, broker_id=config.node.id)
+        self.peers = BrokerPeers(
+            lambda: replicas.image, broker_id=config.node.id, internal=self.internal
+        )
         offsets = OffsetsClient(groups, self.peers)
         http_api = HttpApi(
             replicas=replicas,
@@ -181,6 +187,8 @@ class Node:
             health=self._health,
             replication=replicas,
             routes=http_api.routes(),
+            ssl_context=self.internal.server_ssl,
+            middlewares=self.internal.middlewares(),
         )
         await self.http.start()
         self.lifecycle.http_port = self.http.port
@@ -219,7 +227,10 @@ class Node:
         self.lifecycle.on_state = self._write_state
         # Fetchers listen to images from the first one on, so they exist before following starts.
         self.fetchers = ReplicaFetcherManager(
-            replicas, broker_id=config.node.id, incarnation_id=self.lifecycle.incarnation_id
+            replicas,
+            broker_id=config.node.id,
+            incarnation_id=self.lifecycle.incarnation_id,
+            internal=self.internal,
         )
         await self.lifecycle.start()
         replicas.start_background_tasks()

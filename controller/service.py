@@ -87,6 +87,10 @@ class ControllerSettings:
     default_replication_factor: int = 1
     default_min_insync_replicas: int = 1
     election_timeout_ms: tuple[int, int] = (400, 1000)
+    #: TLS context of the HTTP server (None: plain HTTP) and aiohttp middlewares (the node
+    #: credential check), both from the node (``cluster.internal_security``).
+    ssl_context: Any = None
+    middlewares: tuple[Any, ...] = ()
 
     @property
     def self_voter(self) -> VoterAddress:
@@ -149,7 +153,9 @@ class ControllerService:
             ),
             max_delta_versions=settings.metadata_deltas_max,
         )
-        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app = web.Application(
+            client_max_size=MAX_REQUEST_BYTES, middlewares=list(settings.middlewares)
+        )
         app.add_routes(
             [
                 web.post("/controller/brokers/register", self._json(self._register)),
@@ -177,7 +183,13 @@ class ControllerService:
         )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, settings.host, settings.http_port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            settings.host,
+            settings.http_port,
+            reuse_address=True,
+            ssl_context=settings.ssl_context,
+        )
         await site.start()
         self._tasks = [
             asyncio.create_task(self._check_sessions_forever()),

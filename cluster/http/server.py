@@ -46,7 +46,11 @@ class BrokerHttpServer:
         health: Callable[[], dict[str, Any]],
         replication: ReplicationEndpoint,
         routes: list[web.RouteDef] | None = None,
+        ssl_context: Any = None,
+        middlewares: list[Any] | None = None,
     ) -> None:
+        self._ssl_context = ssl_context
+        self._middlewares = list(middlewares or [])
         self._host = host
         self._port = port
         self._health = health
@@ -57,7 +61,7 @@ class BrokerHttpServer:
         self.port = 0
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=self._middlewares)
         app.add_routes(
             [
                 web.get("/health", self._get_health),
@@ -68,7 +72,13 @@ class BrokerHttpServer:
         )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            self._host,
+            self._port,
+            reuse_address=True,
+            ssl_context=self._ssl_context,
+        )
         await site.start()
         server = site._server  # aiohttp exposes the bound sockets only through the server
         assert server is not None

@@ -32,9 +32,11 @@ class ControllerUnavailableError(RuntimeError):
 class ControllerClient:
     """HTTP client of the controller quorum; one per broker, used from its event loop."""
 
-    def __init__(self, http_addresses: Sequence[str]) -> None:
+    def __init__(self, http_addresses: Sequence[str], *, internal: Any = None) -> None:
         assert http_addresses, "a broker needs at least one controller address"
         self._addresses = list(http_addresses)
+        #: ``cluster.internal_security.InternalSecurity``: scheme, TLS and node credential.
+        self._internal = internal
         self._active: str | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -138,10 +140,13 @@ class ControllerClient:
     async def _request(
         self, method: str, address: str, path: str, body: dict[str, Any] | None, timeout_s: float
     ) -> tuple[int, dict[str, Any]]:
+        internal = self._internal
         async with self._client().request(
             method,
-            f"http://{address}{path}",
+            internal.url(address, path) if internal is not None else f"http://{address}{path}",
             json=body,
+            headers=internal.headers if internal is not None else None,
+            ssl=internal.ssl if internal is not None else True,
             timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=1.0),
         ) as response:
             try:

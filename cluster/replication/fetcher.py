@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from typing import Any
 
 import aiohttp
 from flux.controller.image import MetadataImage
@@ -71,8 +72,17 @@ class _LeaderClosedError(ReplicationWireError):
 class ReplicaFetcherManager:
     """Starts one ``_LeaderLink`` per leader broker and regroups partitions on every image."""
 
-    def __init__(self, replicas: ReplicaManager, *, broker_id: int, incarnation_id: str) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        *,
+        broker_id: int,
+        incarnation_id: str,
+        internal: Any = None,
+    ) -> None:
         self._replicas = replicas
+        #: ``cluster.internal_security.InternalSecurity``: scheme, TLS and node credential.
+        self.internal = internal
         self.broker_id = broker_id
         self.incarnation_id = incarnation_id
         self._links: dict[int, _LeaderLink] = {}
@@ -181,8 +191,14 @@ class _LeaderLink:
             address = (registration.http_host, registration.http_port)
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    internal = self._manager.internal
+                    where = f"{address[0]}:{address[1]}"
                     socket = await self._manager.client().ws_connect(
-                        f"http://{address[0]}:{address[1]}/replication/session",
+                        internal.url(where, "/replication/session")
+                        if internal is not None
+                        else f"http://{where}/replication/session",
+                        headers=internal.headers if internal is not None else None,
+                        ssl=internal.ssl if internal is not None else True,
                         params={
                             "replica_id": str(self._manager.broker_id),
                             "broker_epoch": self._manager.incarnation_id,

@@ -35,8 +35,12 @@ class PeerUnavailableError(RuntimeError):
 
 
 class BrokerPeers:
-    def __init__(self, image: Callable[[], MetadataImage], *, broker_id: int) -> None:
+    def __init__(
+        self, image: Callable[[], MetadataImage], *, broker_id: int, internal: Any = None
+    ) -> None:
         self._image = image
+        #: ``cluster.internal_security.InternalSecurity``: scheme, TLS and node credential.
+        self._internal = internal
         self.broker_id = broker_id
         self._session: aiohttp.ClientSession | None = None
 
@@ -73,11 +77,16 @@ class BrokerPeers:
         if address is None:
             raise PeerUnavailableError(f"broker {broker_id} is not live")
         try:
+            internal = self._internal
+            headers = {FORWARDED_HEADER: str(self.broker_id)}
+            if internal is not None:
+                headers.update(internal.headers)
             async with self._client().request(
                 method,
-                f"http://{address}{path}",
+                internal.url(address, path) if internal is not None else f"http://{address}{path}",
                 json=json_body,
-                headers={FORWARDED_HEADER: str(self.broker_id)},
+                headers=headers,
+                ssl=internal.ssl if internal is not None else True,
                 timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=2.0),
             ) as response:
                 try:
