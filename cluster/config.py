@@ -455,6 +455,11 @@ SCHEMA: dict[str, dict[str, _Key]] = {
             _bool,
             "allow.everyone.if.no.acl.found: a resource without ACLs is open to all",
         ),
+        "http_auth": _Key(
+            "none",
+            _str(("none", "required")),
+            "HTTP API clients must send Basic credentials of a SCRAM user (required) or not",
+        ),
         "internal_tls": _Key(
             False,
             _bool,

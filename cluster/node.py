@@ -33,6 +33,7 @@ from .config import NodeConfig
 from .groups.coordinator import GroupCoordinator, OffsetsRetention
 from .groups.offsets_client import OffsetsClient
 from .http.api import HttpApi
+from .http.auth import HttpAuthenticator
 from .http.memory_topics import MemoryTopicCleaner
 from .http.metrics import BrokerMetrics
 from .http.push import PushManager, PushSettings
@@ -181,6 +182,13 @@ class Node:
             broker_id=config.node.id,
             allow_auto_create=config.broker.auto_create_topics,
         )
+        credentials = ImageCredentials(lambda: replicas.image)
+        http_auth = HttpAuthenticator(
+            required=config.security.http_auth == "required",
+            credentials=credentials,
+            authorization=apis.authorization,
+            image=lambda: replicas.image,
+        )
         self.http = BrokerHttpServer(
             host=config.broker.host,
             port=config.broker.http_port,
@@ -188,12 +196,11 @@ class Node:
             replication=replicas,
             routes=http_api.routes(),
             ssl_context=self.internal.server_ssl,
-            middlewares=self.internal.middlewares(),
+            middlewares=[*self.internal.middlewares(), *http_auth.middlewares()],
         )
         await self.http.start()
         self.lifecycle.http_port = self.http.port
         handle = _measured(apis.handle, self.metrics)
-        credentials = ImageCredentials(lambda: replicas.image)
         # The listener binds first so the registration carries the real port; requests that
         # arrive before the first metadata image are answered from the empty image.
         for listener in config.listeners:

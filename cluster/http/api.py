@@ -119,7 +119,7 @@ class HttpApi(FluxApi, RestApi):
             started = time.perf_counter()
             try:
                 body: dict[str, Any] = {}
-                if request.method in ("POST", "PUT") and request.can_read_body:
+                if request.method in ("POST", "PUT") and request.body_exists:
                     try:
                         parsed = await request.json()
                     except (json.JSONDecodeError, UnicodeDecodeError) as error:

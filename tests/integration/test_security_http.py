@@ -1,0 +1,137 @@
+"""The HTTP API of a secured cluster: Basic credentials of SCRAM users, ACLs per endpoint, and
+secrets kept out of logs and /metrics."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from flux.cluster.launcher import NodeProcess
+from flux.sdk.wire import KafkaConnection
+
+from tests.integration.helpers import list_offset
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = "h77p-Secret-pass"
+
+
+def _call(
+    node: NodeProcess,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    user: str | None = None,
+    password: str = PASSWORD,
+) -> tuple[int, Any, dict[str, str]]:
+    headers = {"Content-Type": "application/json"}
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://{node.ready['broker_http']}{path}", data=data, method=method, headers=headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, json.loads(reply.read() or b"null"), dict(reply.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null"), dict(error.headers)
+
+
+def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodeProcess]) -> None:
+    # The PLAINTEXT listener's anonymous principal is the administrator here (a test setup:
+    # a real cluster names a certificate or SCRAM user in super_users).
+    node = node_factory(
+        security={
+            "http_auth": "required",
+            "authorizer_enable": True,
+            "super_users": ["User:ANONYMOUS"],
+        },
+        topic={"partitions": 1, "replication_factor": 1},
+    )
+    admin = AdminClient({"bootstrap.servers": node.ready["bootstrap_servers"]})
+    upsertion = UserScramCredentialUpsertion(
+        "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), PASSWORD.encode()
+    )
+    for future in admin.alter_user_scram_credentials([upsertion]).values():
+        future.result(timeout=30)
+    for future in admin.create_topics([NewTopic(t, 1, 1) for t in ("orders", "payments")]).values():
+        future.result(timeout=30)
+    bindings = [
+        AclBinding(
+            ResourceType.TOPIC,
+            "orders",
+            ResourcePatternType.LITERAL,
+            "User:alice",
+            "*",
+            operation,
+            AclPermissionType.ALLOW,
+        )
+        for operation in (AclOperation.WRITE, AclOperation.READ)
+    ]
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout=30)
+
+    message = {"id": "m-1", "topic": "orders", "message": "hello"}
+    # No credentials, a wrong password, an unknown user: 401, nothing written.
+    status, answer, headers = _call(node, "POST", "/publish", message)
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
+    assert _call(node, "POST", "/publish", message, user="alice", password="nope")[0] == 401
+    assert _call(node, "POST", "/publish", message, user="mallory")[0] == 401
+    assert _end(node, "orders") == 0
+    # Open endpoints stay open.
+    assert _call(node, "GET", "/health")[0] == 200
+    # alice may write and read orders, not payments.
+    status, answer, _ = _call(node, "POST", "/publish", message, user="alice")
+    assert status == 200, answer
+    status, answer, _ = _call(
+        node, "POST", "/publish", {**message, "topic": "payments"}, user="alice"
+    )
+    assert status == 403 and "WRITE" in answer["message"]
+    assert _end(node, "orders") == 1 and _end(node, "payments") == 0
+    status, answer, _ = _call(
+        node, "GET", "/topics/orders/partitions/0/messages?offset=0", user="alice"
+    )
+    assert status == 200 and "hello" in json.dumps(answer)
+    status, _, _ = _call(
+        node, "GET", "/topics/payments/partitions/0/messages?offset=0", user="alice"
+    )
+    assert status == 403
+    # Creating a topic needs CREATE; listing everything needs DESCRIBE on the cluster.
+    status, _, _ = _call(node, "POST", "/publish", {**message, "topic": "new-topic"}, user="alice")
+    assert status == 403
+    assert "new-topic" not in admin.list_topics(timeout=10).topics
+    assert _call(node, "GET", "/topics", user="alice")[0] == 403
+    # Secrets are nowhere: not in the log, not in /metrics.
+    metrics = (
+        urllib.request.urlopen(f"http://{node.ready['broker_http']}/metrics", timeout=10)
+        .read()
+        .decode()
+    )
+    for text in (node.log_path.read_text(), metrics):
+        assert PASSWORD not in text
+        assert base64.b64encode(f"alice:{PASSWORD}".encode()).decode() not in text
+
+
+def _end(node: NodeProcess, topic: str) -> int:
+    with KafkaConnection.from_bootstrap(node.ready["bootstrap_servers"]) as conn:
+        return list_offset(conn, topic, -1)["offset"]
