@@ -1007,6 +1007,7 @@ def register_subscription(
     read_old: bool,
     now_ms: int,
     max_in_flight: int = 1,
+    signing_secret: str = "",
 ) -> ControllerResult:
     """Create a push subscription, or reactivate an existing inactive one with the same id
     (its offsets were kept). ``created`` in the response says which. ``max_in_flight`` is the
@@ -1046,6 +1047,7 @@ def register_subscription(
         read_old=read_old,
         created_ms=now_ms,
         max_in_flight=max_in_flight,
+        signing_secret=signing_secret,
     )
     return _ok([record], created=True, reactivated=False, **fields)
 

@@ -289,9 +289,11 @@ class SubscriptionImage:
     active: bool
     changed_ms: int
     max_in_flight: int = 1
+    signing_secret: str = field(default="", repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "signing_secret": self.signing_secret,
             "subscription_id": self.subscription_id,
             "address": self.address,
             "topics": list(self.topics),
@@ -311,6 +313,7 @@ class SubscriptionImage:
             active=bool(data["active"]),
             changed_ms=int(data["changed_ms"]),
             max_in_flight=int(data.get("max_in_flight", 1)),
+            signing_secret=str(data.get("signing_secret", "")),
         )
 
 
@@ -544,6 +547,7 @@ class MetadataImage:
             active=True,
             changed_ms=record.created_ms,
             max_in_flight=record.max_in_flight,
+            signing_secret=record.signing_secret,
         )
         subscriptions = self.subscriptions.set(record.subscription_id, subscription)
         return replace(self, subscriptions=FrozenMap(sorted(subscriptions.items())))

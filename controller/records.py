@@ -188,6 +188,8 @@ class RegisterSubscription:
     read_old: bool
     created_ms: int
     max_in_flight: int = 1
+    #: Key of the HMAC signatures on its deliveries ("" = unsigned; ``flux.auth.signing``).
+    signing_secret: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,6 +472,7 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
         "read_old": _bool,
         "created_ms": _int,
         "max_in_flight": _in_flight,
+        "signing_secret": _str,
     },
     "SubscriptionStateChange": {"subscription_id": _str, "active": _bool, "changed_ms": _int},
     "SubscriptionWindowChange": {"subscription_id": _str, "max_in_flight": _in_flight},
@@ -516,6 +519,7 @@ _OPTIONAL_FIELDS = {
     ("RegisterBroker", "log_dir_id"),
     ("PartitionChange", "elr"),
     ("RegisterSubscription", "max_in_flight"),
+    ("RegisterSubscription", "signing_secret"),
 }
 
 

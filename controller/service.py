@@ -717,6 +717,9 @@ class ControllerService:
         max_in_flight = _int_field(body, "max_in_flight") if "max_in_flight" in body else 1
         subscription_id = _str_field(body, "subscription_id")
         address = _str_field(body, "address")
+        signing_secret = body.get("signing_secret", "")
+        if not isinstance(signing_secret, str) or len(signing_secret) > 256:
+            raise _BadRequest("field 'signing_secret' must be a string of at most 256 characters")
         now_ms = int(time.time() * 1000)
         result, image = await self._write(
             lambda image: handlers.register_subscription(
@@ -727,6 +730,7 @@ class ControllerService:
                 read_old=read_old,
                 now_ms=now_ms,
                 max_in_flight=max_in_flight,
+                signing_secret=signing_secret,
             )
         )
         return {**result.response, "version": image.version}

@@ -18,6 +18,7 @@ import urllib.parse
 from typing import Any
 
 from aiohttp import web
+from flux.auth.signing import new_signing_secret
 from flux.controller.records import MAX_SUBSCRIPTION_IN_FLIGHT
 
 from ..groups.coordinator import OFFSETS_TOPIC
@@ -121,6 +122,7 @@ class FluxApi(HttpApiBase):
                 "topics": topics,
                 "read_old": read_old,
                 "max_in_flight": max_in_flight,
+                "signing_secret": new_signing_secret(),
             },
         )
         result = self._controller_answer(answer, created=200)
@@ -132,6 +134,10 @@ class FluxApi(HttpApiBase):
             readOld=read_old,
             maxInFlight=max_in_flight,
         )
+        subscription = self._image.subscriptions.get(subscription_id)
+        if subscription is not None and subscription.signing_secret:
+            # The key of the deliveries' signatures (flux.auth.signing); only this answer has it.
+            document["signingSecret"] = subscription.signing_secret
         return web.json_response(document, status=201 if document.get("created") else 200)
 
     async def _commit_start_offsets(self, subscription_id: str, topics: list[str]) -> None:

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from flux.auth.signing import signature_headers
 from flux.controller.image import MetadataImage, SubscriptionImage
 from flux.controller.records import MAX_SUBSCRIPTION_IN_FLIGHT
 from flux.protocol.errors import CorruptRecordError
@@ -692,7 +693,8 @@ class _Delivery:
                     )
                     if self._websocket is None:
                         self._websocket = await self._manager.session().ws_connect(
-                            self._subscription.address
+                            self._subscription.address,
+                            headers=self._signed(self._subscription.subscription_id.encode()),
                         )
                         self._reader = asyncio.create_task(self._read_answers(self._websocket))
                     await self._websocket.send_str(message.text)
@@ -735,10 +737,11 @@ class _Delivery:
         ok = False
         try:
             async with asyncio.timeout(timeout_s):
+                payload = message.text.encode()
                 async with self._manager.session().post(
                     self._url,
-                    data=message.text.encode(),
-                    headers=JSON_HEADERS,
+                    data=payload,
+                    headers={**JSON_HEADERS, **self._signed(payload)},
                     timeout=aiohttp.ClientTimeout(total=timeout_s),
                 ) as response:
                     await response.read()
@@ -747,6 +750,13 @@ class _Delivery:
             log.debug("push %s to %s failed: %r", self._group, self._subscription.address, error)
         self._answers.append((message.message_id, ok, time.perf_counter()))
         self._wake.set()
+
+    def _signed(self, payload: bytes) -> dict[str, str]:
+        """The signature headers of ``payload`` (none for a subscription without a secret)."""
+        secret = self._subscription.signing_secret
+        if not secret:
+            return {}
+        return signature_headers(secret, int(time.time() * 1000), payload)
 
     async def _abort_in_flight(self) -> None:
         """Drop the connection and the requests in flight (their messages count as failed);
