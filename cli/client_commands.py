@@ -13,7 +13,9 @@ fluxctl consume orders --group billing                   as a group member, comm
 "value", "headers"}`` with keys, values and header values as UTF-8 strings (``null`` when
 absent; bytes that are not UTF-8 are escaped with backslashes).
 
-Both are built on ``flux.sdk``: ``Producer`` (acks 1 by default here, all with ``--idempotent``)
+Both take ``--bootstrap``, ``--timeout`` and the security options (``--security-protocol``,
+``--sasl-*``, ``--ssl-*``, ``--client-config``; see ``flux.cli._sdk``). Both are built on
+``flux.sdk``: ``Producer`` (acks 1 by default here, all with ``--idempotent``)
 and ``Consumer`` (manual assignment of every partition, or a group member with ``--group``).
 
 With ``--group`` the consumer joins the group, starts at the group's committed offsets (new
@@ -30,6 +32,7 @@ from typing import Any
 
 import click
 from flux.sdk import ConsumedRecord, Consumer, Message, Producer
+from flux.sdk.security import ClientSecurity
 
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
 
@@ -72,6 +75,7 @@ def produce(
     idempotent: bool,
     bootstrap: str | None,
     timeout_s: float,
+    security: ClientSecurity,
     as_json: bool,
 ) -> None:
     """Send VALUES (or each line of stdin) as records to TOPIC."""
@@ -105,6 +109,7 @@ def produce(
             idempotent=idempotent,
             client_id="fluxctl",
             delivery_timeout_ms=timeout_s * 1000,
+            security=security,
         ) as producer,
     ):
         for sent in producer.send(topic_name, messages):
@@ -146,6 +151,7 @@ def consume(
     group_id: str | None,
     bootstrap: str | None,
     timeout_s: float,
+    security: ClientSecurity,
     as_json: bool,
 ) -> None:
     """Print records of every partition of TOPIC."""
@@ -160,6 +166,7 @@ def consume(
             idle_timeout_s=idle_timeout,
             bootstrap=resolve_bootstrap(bootstrap),
             timeout_s=timeout_s,
+            security=security,
             as_json=as_json,
         )
         return
@@ -173,6 +180,7 @@ def consume(
             read_old=from_beginning,
             timeout_s=timeout_s,
             fetch_max_wait_ms=_POLL_WAIT_MS,
+            security=security,
         ) as consumer,
     ):
         partitions = consumer.assign_topic(topic_name)
@@ -206,6 +214,7 @@ def _consume_group(
     from_beginning: bool,
     max_records: int | None,
     idle_timeout_s: float,
+    security: ClientSecurity,
     bootstrap: str,
     timeout_s: float,
     as_json: bool,
@@ -223,6 +232,7 @@ def _consume_group(
             read_old=from_beginning,
             timeout_s=timeout_s,
             fetch_max_wait_ms=_POLL_WAIT_MS,
+            security=security,
         ) as consumer,
     ):
         last_record_at: float | None = None

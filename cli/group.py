@@ -6,7 +6,8 @@ fluxctl group reset-offsets billing --topic orders (--to-earliest | --to-latest 
 fluxctl group delete billing
 
 Every command takes ``--bootstrap`` (env ``FLUX_BOOTSTRAP``; default: the local cluster of
-``fluxctl cluster up``) and ``--timeout``. Broker errors print ``Error: <message>`` and exit 1
+``fluxctl cluster up``), ``--timeout`` and the security options (``--security-protocol``,
+``--sasl-*``, ``--ssl-*``, ``--client-config``; see ``flux.cli._sdk``). Broker errors print ``Error: <message>`` and exit 1
 (resetting the offsets of, or deleting, a group with active members is such an error).
 
 JSON shapes (stable keys): ``list`` -> ``{"groups": [{"group_id", "protocol_type",
@@ -24,6 +25,7 @@ from typing import Any
 
 import click
 from flux.sdk.admin import Admin, GroupDescription
+from flux.sdk.security import ClientSecurity
 
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
 
@@ -35,8 +37,10 @@ def group() -> None:
     """List, describe, reset and delete consumer groups."""
 
 
-def _admin(bootstrap: str | None, timeout_s: float) -> Admin:
-    return Admin(resolve_bootstrap(bootstrap), client_id="fluxctl", timeout_s=timeout_s)
+def _admin(bootstrap: str | None, timeout_s: float, security: ClientSecurity) -> Admin:
+    return Admin(
+        resolve_bootstrap(bootstrap), client_id="fluxctl", timeout_s=timeout_s, security=security
+    )
 
 
 def _emit_json(data: Any) -> None:
@@ -55,9 +59,9 @@ def _console() -> Any:
 @group.command("list")
 @client_options
 @json_option
-def list_(bootstrap: str | None, timeout_s: float, as_json: bool) -> None:
+def list_(bootstrap: str | None, timeout_s: float, security: ClientSecurity, as_json: bool) -> None:
     """List every consumer group of the cluster."""
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         listings = admin.list_groups()
     if as_json:
         _emit_json(
@@ -115,9 +119,11 @@ def _description_json(description: GroupDescription) -> dict[str, Any]:
 @click.argument("group_id", metavar="GROUP")
 @client_options
 @json_option
-def describe(group_id: str, bootstrap: str | None, timeout_s: float, as_json: bool) -> None:
+def describe(
+    group_id: str, bootstrap: str | None, timeout_s: float, security: ClientSecurity, as_json: bool
+) -> None:
     """Show GROUP's state, members, committed offsets and lag per partition."""
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         description = admin.describe_group(group_id)
     if as_json:
         _emit_json(_description_json(description))
@@ -177,13 +183,14 @@ def reset_offsets(
     to_offset: int | None,
     bootstrap: str | None,
     timeout_s: float,
+    security: ClientSecurity,
     as_json: bool,
 ) -> None:
     """Commit new offsets of TOPIC for GROUP (which must have no active members)."""
     if (to is None) == (to_offset is None):
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset N")
     target: str | int = to if to is not None else int(to_offset)  # type: ignore[arg-type]
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         offsets = admin.reset_offsets(group_id, topic, to=target)
     if as_json:
         _emit_json(
@@ -201,8 +208,10 @@ def reset_offsets(
 @group.command("delete")
 @click.argument("group_id", metavar="GROUP")
 @client_options
-def delete(group_id: str, bootstrap: str | None, timeout_s: float) -> None:
+def delete(
+    group_id: str, bootstrap: str | None, timeout_s: float, security: ClientSecurity
+) -> None:
     """Delete GROUP and its committed offsets (it must have no active members)."""
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         admin.delete_group(group_id)
     click.echo(f"Deleted group {group_id}")

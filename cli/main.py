@@ -7,6 +7,7 @@ fluxctl cluster status | down | kill N | restart N
 fluxctl cluster up --docker                 the same in containers (docker-compose.cluster.yml)
 fluxctl cluster partition N | heal --docker cut a node off the network and reconnect it
 fluxctl chaos run SCENARIO [--seed N] [--docker]  fault injection checked for anomalies
+fluxctl topic | group | user | produce | consume  client commands (flux.cli.topic, ...)
 """
 
 from __future__ import annotations
@@ -600,9 +601,11 @@ def _register_client_commands() -> None:
     from flux.cli.group import group
     from flux.cli.pipeline import pipeline
     from flux.cli.topic import topic
+    from flux.cli.user import user
 
     main.add_command(topic)
     main.add_command(group)
+    main.add_command(user)
     main.add_command(produce)
     main.add_command(consume)
     main.add_command(chaos)

@@ -7,7 +7,8 @@ fluxctl topic add-partitions orders --total 6
 fluxctl topic delete orders
 
 Every command takes ``--bootstrap`` (env ``FLUX_BOOTSTRAP``; default: the local cluster of
-``fluxctl cluster up``) and ``--timeout``. Broker errors print ``Error: <message>`` and exit 1.
+``fluxctl cluster up``), ``--timeout`` and the security options (``--security-protocol``,
+``--sasl-*``, ``--ssl-*``, ``--client-config``; see ``flux.cli._sdk``). Broker errors print ``Error: <message>`` and exit 1.
 
 JSON shapes (stable keys): ``list`` -> ``{"topics": [name, ...]}``; ``describe`` and
 ``create`` -> ``{"name", "topic_id", "internal", "partitions": [{"partition", "leader",
@@ -25,6 +26,7 @@ from typing import Any
 import click
 from flux.sdk.admin import Admin, TopicDescription
 from flux.sdk.errors import FluxError
+from flux.sdk.security import ClientSecurity
 
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
 
@@ -36,8 +38,10 @@ def topic() -> None:
     """Create, list, describe, reconfigure, grow and delete topics."""
 
 
-def _admin(bootstrap: str | None, timeout_s: float) -> Admin:
-    return Admin(resolve_bootstrap(bootstrap), client_id="fluxctl", timeout_s=timeout_s)
+def _admin(bootstrap: str | None, timeout_s: float, security: ClientSecurity) -> Admin:
+    return Admin(
+        resolve_bootstrap(bootstrap), client_id="fluxctl", timeout_s=timeout_s, security=security
+    )
 
 
 def _parse_configs(pairs: tuple[str, ...], option: str = "--config") -> dict[str, str]:
@@ -131,11 +135,12 @@ def create(
     validate_only: bool,
     bootstrap: str | None,
     timeout_s: float,
+    security: ClientSecurity,
     as_json: bool,
 ) -> None:
     """Create topic NAME."""
     config_map = _parse_configs(configs)
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         description = admin.create_topic(
             name,
             partitions=partitions,
@@ -154,9 +159,11 @@ def create(
 @click.option("--internal", is_flag=True, help="include internal topics")
 @client_options
 @json_option
-def list_(internal: bool, bootstrap: str | None, timeout_s: float, as_json: bool) -> None:
+def list_(
+    internal: bool, bootstrap: str | None, timeout_s: float, security: ClientSecurity, as_json: bool
+) -> None:
     """List topic names."""
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         names = admin.list_topics(include_internal=internal)
     if as_json:
         _emit_json({"topics": names})
@@ -178,11 +185,16 @@ def list_(internal: bool, bootstrap: str | None, timeout_s: float, as_json: bool
 @client_options
 @json_option
 def describe(
-    name: str, http_address: str | None, bootstrap: str | None, timeout_s: float, as_json: bool
+    name: str,
+    http_address: str | None,
+    bootstrap: str | None,
+    timeout_s: float,
+    security: ClientSecurity,
+    as_json: bool,
 ) -> None:
     """Show NAME's partitions (leader, leader epoch, replicas, ISR, offline) and configs; for a
     compacted topic also each replica's dirty ratio and last clean."""
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         description = admin.describe_topic(name)
         configs = _overrides(admin, name)
         offsets = _Offsets(admin, name)
@@ -343,6 +355,7 @@ def alter_config(
     validate_only: bool,
     bootstrap: str | None,
     timeout_s: float,
+    security: ClientSecurity,
     as_json: bool,
 ) -> None:
     """Set and delete config overrides of topic NAME; the others stay as they are.
@@ -356,7 +369,7 @@ def alter_config(
     both = sorted(set(changes) & set(deleted))
     if both:
         raise click.UsageError(f"{', '.join(both)}: both --set and --delete")
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         admin.alter_topic_configs(name, set=changes, delete=deleted, validate_only=validate_only)
         configs = _overrides(admin, name) if as_json else {}
     if as_json:
@@ -380,9 +393,11 @@ def alter_config(
 @click.argument("name")
 @click.option("--total", required=True, type=int, help="the new partition count")
 @client_options
-def add_partitions(name: str, total: int, bootstrap: str | None, timeout_s: float) -> None:
+def add_partitions(
+    name: str, total: int, bootstrap: str | None, timeout_s: float, security: ClientSecurity
+) -> None:
     """Grow NAME to --total partitions (existing keys may move to other partitions)."""
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         admin.create_partitions(name, total)
     click.echo(f"Topic {name} now has {total} partitions")
 
@@ -390,8 +405,8 @@ def add_partitions(name: str, total: int, bootstrap: str | None, timeout_s: floa
 @topic.command("delete")
 @click.argument("name")
 @client_options
-def delete(name: str, bootstrap: str | None, timeout_s: float) -> None:
+def delete(name: str, bootstrap: str | None, timeout_s: float, security: ClientSecurity) -> None:
     """Delete topic NAME and its data."""
-    with sdk_errors(), _admin(bootstrap, timeout_s) as admin:
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
         admin.delete_topic(name)
     click.echo(f"Deleted topic {name}")

@@ -9,10 +9,14 @@ shape.
   assignment, ``seek``, ``seek_to_beginning`` / ``seek_to_end``, ``read_old``, sync / async /
   auto commits, ``poll`` / ``getmany``, iteration, and the runtime API
   ``run(each_message=..., each_batch=..., on_assign=..., on_revoke=...)``.
-* ``AsyncAdmin`` / ``Admin`` — topics, partitions, configs, offsets, groups, the cluster.
+* ``AsyncAdmin`` / ``Admin`` — topics, partitions, configs, offsets, groups, SCRAM users
+  (``alter_user_scram_credentials`` / ``describe_user_scram_credentials``), the cluster.
 * ``AsyncTableView`` / ``TableView`` — the latest value per key of a (compacted) topic, loaded
   on ``start`` and kept up to date by a background reader, like Kafka Streams' GlobalKTable.
 * ``ClusterClient`` — metadata-driven routing with bounded retries, under all of them.
+* ``ClientSecurity`` — every client's ``security=``: Kafka's security protocols (PLAINTEXT,
+  SSL, SASL_PLAINTEXT, SASL_SSL) with SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512, TLS client
+  certificates and KIP-368 re-authentication (``flux.sdk.security``).
 * ``flux.sdk.errors`` — the exception tree (``KafkaError`` subclasses carry the error code).
 * ``SimpleProducer`` / ``SimpleConsumer`` / ``GroupConsumer`` — earlier blocking APIs kept as
   thin wrappers; ``flux.sdk.wire.KafkaConnection`` — a blocking one-request connection for
@@ -31,7 +35,11 @@ from flux.sdk.admin import (
     GroupListing,
     MemberDescription,
     PartitionDescription,
+    ScramCredentialDeletion,
+    ScramCredentialInfo,
+    ScramCredentialUpsertion,
     TopicDescription,
+    UserScramCredentials,
 )
 from flux.sdk.cluster_client import ClusterClient
 from flux.sdk.consumer import AsyncConsumer, Consumer
@@ -46,6 +54,7 @@ from flux.sdk.consumer_protocol import (
 )
 from flux.sdk.errors import (
     ConfigurationError,
+    FluxAuthenticationError,
     FluxConnectionError,
     FluxError,
     FluxTimeoutError,
@@ -55,6 +64,7 @@ from flux.sdk.errors import (
     KafkaError,
     MessageTooLargeError,
     NotLeaderError,
+    ResourceNotFoundError,
     TableViewError,
     TopicAlreadyExistsError,
     UnknownTopicError,
@@ -63,6 +73,7 @@ from flux.sdk.groups import GroupConsumer
 from flux.sdk.messages import ConsumedRecord, Message, RecordMetadata, TopicPartition
 from flux.sdk.metadata import RetryPolicy
 from flux.sdk.producer import AsyncProducer, Producer
+from flux.sdk.security import ClientSecurity
 from flux.sdk.simple import SimpleConsumer, SimpleProducer
 from flux.sdk.table import AsyncTableView, TableView
 
@@ -74,12 +85,14 @@ __all__ = [
     "AsyncProducer",
     "AsyncTableView",
     "BrokerDescription",
+    "ClientSecurity",
     "ClusterClient",
     "ClusterDescription",
     "ConfigEntry",
     "ConfigurationError",
     "ConsumedRecord",
     "Consumer",
+    "FluxAuthenticationError",
     "FluxConnectionError",
     "FluxError",
     "FluxTimeoutError",
@@ -97,7 +110,11 @@ __all__ = [
     "PartitionDescription",
     "Producer",
     "RecordMetadata",
+    "ResourceNotFoundError",
     "RetryPolicy",
+    "ScramCredentialDeletion",
+    "ScramCredentialInfo",
+    "ScramCredentialUpsertion",
     "SimpleConsumer",
     "SimpleProducer",
     "Subscription",
@@ -107,6 +124,7 @@ __all__ = [
     "TopicDescription",
     "TopicPartition",
     "UnknownTopicError",
+    "UserScramCredentials",
     "decode_assignment",
     "decode_subscription",
     "encode_assignment",

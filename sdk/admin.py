@@ -1,5 +1,5 @@
 """``AsyncAdmin`` and its synchronous twin ``Admin``: topics, configs, partitions, offsets,
-consumer groups and the cluster description.
+consumer groups, SCRAM users and the cluster description.
 
     async with AsyncAdmin("127.0.0.1:9092") as admin:
         await admin.create_topic("orders", partitions=3, configs={"retention.ms": "3600000"})
@@ -14,6 +14,16 @@ FindCoordinator and looked up again when it moves), except ListGroups, which eve
 answers for the groups it coordinates. Every broker error is raised as the typed exception of
 ``flux.sdk.errors``, carrying the broker's ``error_message``.
 
+SCRAM users (``alter_user_scram_credentials`` / ``describe_user_scram_credentials``, Kafka's
+AlterUserScramCredentials 51 and DescribeUserScramCredentials 50) go to any broker, which
+forwards alterations to the controller. As Kafka's clients do, the password never leaves the
+client: it sends a fresh random salt (``secrets.token_bytes(32)``) and the salted password
+(PBKDF2-HMAC of the mechanism's hash, ``iterations`` rounds), from which the broker derives the
+keys it stores. Iterations must be in Kafka's 4096..16384 (checked before hashing, so a typo
+cannot make the client spin). The broker applies one user's alterations all together or not at
+all, and different users' independently. A describe answers from one broker's metadata, which
+may lag a just-made change for a moment on a multi-node cluster.
+
 ``Admin`` has the same methods, blocking: it runs an ``AsyncAdmin`` on its own event-loop
 thread (``flux.sdk._sync.LoopThread``).
 
@@ -23,11 +33,21 @@ threads (calls are serialized on its loop).
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from flux.auth.scram import (
+    DEFAULT_ITERATIONS,
+    MAX_ITERATIONS,
+    MECHANISM_TYPES,
+    MECHANISMS,
+    MIN_ITERATIONS,
+    SALT_BYTES,
+)
 from flux.protocol.api import ApiKey
 from flux.protocol.errors import ErrorCode
 
@@ -53,6 +73,7 @@ from .errors import (
     error_for,
 )
 from .metadata import RetryPolicy
+from .security import ClientSecurity
 
 __all__ = [
     "Admin",
@@ -64,7 +85,11 @@ __all__ = [
     "GroupListing",
     "MemberDescription",
     "PartitionDescription",
+    "ScramCredentialDeletion",
+    "ScramCredentialInfo",
+    "ScramCredentialUpsertion",
     "TopicDescription",
+    "UserScramCredentials",
     "list_offsets",
 ]
 
@@ -88,6 +113,9 @@ _CONFIG_SOURCES = {
     8: "GROUP_CONFIG",
 }
 _DEFAULT_CONFIG_SOURCE = 5
+# SCRAM credentials: Kafka's mechanism codes, hashes, iteration bounds and salt length are
+# flux.auth.scram's (one table for the broker and the client).
+_SCRAM_MECHANISM_NAMES = {code: name for name, code in MECHANISM_TYPES.items()}
 # A topic just created may be missing from a broker's metadata, or leaderless, for a moment.
 _NEW_TOPIC_RETRY_CODES = frozenset(
     {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE}
@@ -180,6 +208,41 @@ class GroupDescription:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class ScramCredentialInfo:
+    """One SCRAM credential of a user, as described: never a salt or key."""
+
+    mechanism: str
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentials:
+    """A user's SCRAM credentials (one per mechanism), sorted by mechanism."""
+
+    user: str
+    credentials: list[ScramCredentialInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialUpsertion:
+    """Set ``user``'s ``mechanism`` credential (``SCRAM-SHA-256`` or ``SCRAM-SHA-512``) from
+    ``password``; creates the user if needed. ``repr`` hides the password."""
+
+    user: str
+    mechanism: str
+    password: str = field(repr=False)
+    iterations: int = DEFAULT_ITERATIONS
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialDeletion:
+    """Delete ``user``'s ``mechanism`` credential."""
+
+    user: str
+    mechanism: str
+
+
 class AsyncAdmin:
     """Administrative operations on a cluster. ``timeout_s`` bounds each operation's retries."""
 
@@ -189,6 +252,7 @@ class AsyncAdmin:
         *,
         client_id: str = "flux-admin",
         timeout_s: float = limits.RETRY_TIMEOUT_S,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ConfigurationError(f"timeout_s must be positive, got {timeout_s}")
@@ -198,6 +262,7 @@ class AsyncAdmin:
             client_id=client_id,
             request_timeout_s=min(timeout_s, limits.REQUEST_TIMEOUT_S),
             retry=RetryPolicy(timeout_s=timeout_s),
+            security=security,
         )
 
     async def __aenter__(self) -> AsyncAdmin:
@@ -573,6 +638,76 @@ class AsyncAdmin:
                 f"members are active (state {group['group_state']}); stop its consumers first",
             )
 
+    # -- SCRAM users -------------------------------------------------------------------------
+
+    async def alter_user_scram_credentials(
+        self,
+        upsertions: Iterable[ScramCredentialUpsertion] = (),
+        deletions: Iterable[ScramCredentialDeletion] = (),
+    ) -> None:
+        """Set and delete SCRAM credentials (see the module docstring).
+
+        A user's alterations apply all together or not at all; on a failure the typed error
+        (``ResourceNotFoundError`` deleting a credential that does not exist, ``KafkaError``
+        UNACCEPTABLE_CREDENTIAL, ...) names every user that failed, and says which users'
+        alterations were applied nonetheless. ``ConfigurationError`` for an unknown mechanism
+        or iterations outside 4096..16384, before anything is sent."""
+        upserts = list(upsertions)
+        deletes = list(deletions)
+        if not upserts and not deletes:
+            raise ConfigurationError("nothing to alter: give upsertions and/or deletions")
+        if len(upserts) + len(deletes) > limits.SCRAM_ALTERATIONS_MAX:
+            raise ConfigurationError(
+                f"at most {limits.SCRAM_ALTERATIONS_MAX} SCRAM credential alterations per call"
+            )
+        body = {
+            "deletions": [
+                {"name": _user_name(item.user), "mechanism": _mechanism_code(item.mechanism)}
+                for item in deletes
+            ],
+            "upsertions": [_upsertion_body(item) for item in upserts],
+        }
+        names = list(dict.fromkeys([*(d.user for d in deletes), *(u.user for u in upserts)]))
+
+        def read(response: dict[str, Any], _: int) -> None:
+            _raise_for_users(response["results"], names, applied="were applied nonetheless")
+
+        await self.client.call_any(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body, read)
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, UserScramCredentials]:
+        """User -> its SCRAM credentials (mechanism and iterations, never a secret), sorted by
+        user; every user with a credential when ``users`` is None, nobody for an empty list
+        (Kafka's Java client describes everyone for both). A named user without credentials
+        raises ``ResourceNotFoundError``."""
+        names = None if users is None else list(dict.fromkeys(_user_name(u) for u in users))
+        body = {"users": None if names is None else [{"name": name} for name in names]}
+
+        def read(response: dict[str, Any], _: int) -> dict[str, UserScramCredentials]:
+            _raise_for(response["error_code"], response.get("error_message"))
+            _raise_for_users(response["results"], names or [])
+            described = {}
+            for result in response["results"]:
+                infos = sorted(
+                    (
+                        ScramCredentialInfo(
+                            mechanism=_SCRAM_MECHANISM_NAMES.get(
+                                info["mechanism"], f"UNKNOWN({info['mechanism']})"
+                            ),
+                            iterations=info["iterations"],
+                        )
+                        for info in result["credential_infos"]
+                    ),
+                    key=lambda info: info.mechanism,
+                )
+                described[result["user"]] = UserScramCredentials(result["user"], infos)
+            return dict(sorted(described.items()))
+
+        if names == []:
+            return {}
+        return await self.client.call_any(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, body, read)
+
     async def delete_group(self, group_id: str) -> None:
         """Delete a group without members and its committed offsets (``GroupNotEmptyError``
         while members are active, ``GroupNotFoundError`` if there is no such group)."""
@@ -598,8 +733,11 @@ class Admin:
         *,
         client_id: str = "flux-admin",
         timeout_s: float = limits.RETRY_TIMEOUT_S,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
     ) -> None:
-        self._async = AsyncAdmin(bootstrap, client_id=client_id, timeout_s=timeout_s)
+        self._async = AsyncAdmin(
+            bootstrap, client_id=client_id, timeout_s=timeout_s, security=security
+        )
         self._loop = LoopThread("flux-admin")
         self.timeout_s = timeout_s
 
@@ -697,6 +835,18 @@ class Admin:
     def delete_group(self, group_id: str) -> None:
         self._loop.run(self._async.delete_group(group_id))
 
+    def alter_user_scram_credentials(
+        self,
+        upsertions: Iterable[ScramCredentialUpsertion] = (),
+        deletions: Iterable[ScramCredentialDeletion] = (),
+    ) -> None:
+        self._loop.run(self._async.alter_user_scram_credentials(upsertions, deletions))
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, UserScramCredentials]:
+        return self._loop.run(self._async.describe_user_scram_credentials(users))
+
 
 def _read_group_listings(response: dict[str, Any], version: int) -> list[GroupListing]:
     _raise_for(response["error_code"], context="ListGroups")
@@ -785,6 +935,70 @@ def _raise_for(code: int, message: str | None = None, *, context: str | None = N
         if not message:
             message = f"{context}: {error_code.message}" if context else error_code.message
         raise error_for(error_code, message)
+
+
+def _user_name(user: Any) -> str:
+    if not isinstance(user, str) or not user:
+        raise ConfigurationError(f"a SCRAM user name must be a non-empty string, got {user!r}")
+    return user
+
+
+def _mechanism_code(mechanism: Any) -> int:
+    name = mechanism.strip().upper() if isinstance(mechanism, str) else mechanism
+    if name not in MECHANISM_TYPES:
+        raise ConfigurationError(
+            f"SCRAM mechanism must be one of {', '.join(MECHANISM_TYPES)}, got {mechanism!r}"
+        )
+    return MECHANISM_TYPES[name]
+
+
+def _upsertion_body(item: ScramCredentialUpsertion) -> dict[str, Any]:
+    """One upsertion as the request carries it: a fresh salt and the salted password."""
+    code = _mechanism_code(item.mechanism)
+    low, high = MIN_ITERATIONS, MAX_ITERATIONS
+    if isinstance(item.iterations, bool) or not isinstance(item.iterations, int):
+        raise ConfigurationError(f"iterations must be an integer, got {item.iterations!r}")
+    if not low <= item.iterations <= high:
+        raise ConfigurationError(f"iterations must be in {low}..{high}, got {item.iterations}")
+    if not isinstance(item.password, str) or not item.password:
+        raise ConfigurationError(f"the password of user {item.user!r} must not be empty")
+    try:
+        password = item.password.encode("utf-8")
+    except UnicodeEncodeError:
+        # The codec's message would quote a character of the password.
+        raise ConfigurationError("a password must be encodable as UTF-8") from None
+    salt = secrets.token_bytes(SALT_BYTES)
+    hash_name = MECHANISMS[_SCRAM_MECHANISM_NAMES[code]]
+    return {
+        "name": _user_name(item.user),
+        "mechanism": code,
+        "iterations": item.iterations,
+        "salt": salt,
+        "salted_password": hashlib.pbkdf2_hmac(hash_name, password, salt, item.iterations),
+    }
+
+
+def _raise_for_users(
+    results: list[dict[str, Any]], names: list[str], *, applied: str | None = None
+) -> None:
+    """Raise for the per-user results of a SCRAM credentials answer that carry an error (or
+    for a user in ``names`` it did not answer for): the first failure's type, with a message
+    naming every failed user, and with ``applied`` the users whose part succeeded."""
+    failed = [r for r in results if r["error_code"] != ErrorCode.NONE]
+    answered = {r["user"] for r in results}
+    missing = [name for name in names if name not in answered]
+    if not failed and not missing:
+        return
+    parts = [
+        f"user {r['user']!r}: "
+        + (r.get("error_message") or ErrorCode.from_code(r["error_code"]).message)
+        for r in failed
+    ] + [f"user {name!r}: the broker did not answer for it" for name in missing]
+    succeeded = sorted(answered - {r["user"] for r in failed})
+    if succeeded and applied:
+        parts.append(f"the alterations of {', '.join(map(repr, succeeded))} {applied}")
+    code = failed[0]["error_code"] if failed else ErrorCode.UNKNOWN_SERVER_ERROR
+    raise error_for(code, "; ".join(parts))
 
 
 def _single(results: list[dict[str, Any]], name: str) -> dict[str, Any]:

@@ -5,6 +5,11 @@ their synchronous wrappers):
 
 * **Bootstrap**: ``"host:port,host:port"``. A bootstrap address is used only to fetch the first
   Metadata; that connection is closed right after, because its broker's node id is unknown.
+* **Security**: ``security=`` (a ``flux.sdk.security.ClientSecurity``, or a mapping of Kafka's
+  dotted names) applies to every connection: TLS (one context, built at construction) and the
+  SASL exchange. Brokers answer Metadata with the addresses of the listener the client came in
+  on, so later connections speak the same protocol. A ``FluxAuthenticationError`` is raised
+  at once, never retried.
 * **One connection per broker id** (``flux.sdk.connection.BrokerConnection``, pipelined),
   opened lazily at the address the latest Metadata gives for that id, and reopened at the new
   address if it changed.
@@ -59,6 +64,7 @@ from .metadata import (
     format_address,
     parse_bootstrap,
 )
+from .security import ClientSecurity
 
 __all__ = [
     "CONTROLLER_RETRY_CODES",
@@ -110,10 +116,13 @@ class ClusterClient:
         request_timeout_s: float = limits.REQUEST_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         allow_auto_topic_creation: bool = False,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
     ) -> None:
         if request_timeout_s <= 0:
             raise ConfigurationError(f"request_timeout_s must be positive, got {request_timeout_s}")
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.security = ClientSecurity.coerce(security)
+        self._ssl_context = self.security.ssl_context()
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.retry = retry or RetryPolicy()
@@ -134,6 +143,15 @@ class ClusterClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    @property
+    def connections(self) -> Mapping[int, BrokerConnection]:
+        """The open connections, by broker id (a copy: for tools and tests)."""
+        return {
+            node_id: connection
+            for node_id, connection in self._connections.items()
+            if not connection.closed
+        }
 
     async def close(self) -> None:
         self._closed = True
@@ -286,6 +304,8 @@ class ClusterClient:
                     node_id=node_id,
                     client_id=self.client_id,
                     timeout_s=self.request_timeout_s,
+                    security=self.security,
+                    ssl_context=self._ssl_context,
                 )
             )
             self._opening[node_id] = opening
@@ -306,7 +326,12 @@ class ClusterClient:
         if node_id is not None:
             return await (await self._connection(node_id)).request(api_key, body)
         connection = await BrokerConnection.open(
-            address, node_id=None, client_id=self.client_id, timeout_s=self.request_timeout_s
+            address,
+            node_id=None,
+            client_id=self.client_id,
+            timeout_s=self.request_timeout_s,
+            security=self.security,
+            ssl_context=self._ssl_context,
         )
         try:
             return await connection.request(api_key, body)

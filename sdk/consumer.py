@@ -29,6 +29,9 @@ How it works:
 * **Fetching** keeps one long-polling Fetch in flight per partition leader for the partitions
   with nothing buffered; routing errors and lost connections refresh metadata and fetch again
   from the new leader.
+* **Security**: ``security=`` (see ``flux.sdk.security``) applies to the fetch and the
+  coordination connections alike; a refused login raises ``FluxAuthenticationError`` from
+  the read that needed the connection (never retried).
 * **``run``** (runtime API) reads batches, calls ``each_message(record)`` or
   ``each_batch(records)`` (plain or ``async`` functions; plain ones run in a worker thread so
   heartbeats go on), commits after the handler succeeds, retries a failing handler with
@@ -49,7 +52,15 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any
 
 from flux.protocol.api import ApiKey
@@ -89,6 +100,7 @@ from .errors import (
 )
 from .messages import ConsumedRecord, TopicPartition, decode_fetched, fetched_end
 from .metadata import RetryBudget, RetryPolicy
+from .security import ClientSecurity
 
 __all__ = ["AsyncConsumer", "Consumer", "TopicPartition"]
 
@@ -161,6 +173,7 @@ class AsyncConsumer:
         on_assign: PartitionsCallback | None = None,
         on_revoke: PartitionsCallback | None = None,
         timeout_s: float = limits.RETRY_TIMEOUT_S,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
     ) -> None:
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise ConfigurationError("group_id must be a non-empty string (or None)")
@@ -207,6 +220,7 @@ class AsyncConsumer:
             client_id=client_id,
             request_timeout_s=limits.REQUEST_TIMEOUT_S + fetch_max_wait_ms / 1000,
             retry=retry,
+            security=security,
         )
         # Coordination has its own connections: a JoinGroup is answered only when the
         # rebalance completes, and nothing else should queue behind it or behind a fetch.
@@ -215,6 +229,7 @@ class AsyncConsumer:
             client_id=client_id,
             request_timeout_s=max(limits.REQUEST_TIMEOUT_S, rebalance_timeout_ms / 1000 + 5),
             retry=retry,
+            security=self.client.security,
         )
         self._subscription: list[str] | None = None
         self._manual: list[TopicPartition] | None = None

@@ -11,6 +11,8 @@ Exception tree (everything the SDK raises on purpose derives from ``FluxError``)
     ├── FluxProtocolError                a broker answered with bytes the codec cannot decode
     ├── TableViewError                   a table view stopped following its topic (the cause is
     │                                    chained: its on_change raised, the topic was deleted, ...)
+    ├── FluxAuthenticationError          a broker refused this client's credentials (SASL, or
+    │                                    the TLS handshake); never retried, never shows a password
     └── KafkaError(code, message)        a broker answered with a Kafka error code
         ├── UnknownTopicError                3 UNKNOWN_TOPIC_OR_PARTITION, 100 UNKNOWN_TOPIC_ID
         ├── TopicAlreadyExistsError         36
@@ -44,6 +46,7 @@ Exception tree (everything the SDK raises on purpose derives from ``FluxError``)
         │                                    rebalance in progress)
         ├── GroupNotEmptyError              68 NON_EMPTY_GROUP (members are active)
         ├── GroupNotFoundError              69 GROUP_ID_NOT_FOUND
+        ├── ResourceNotFoundError           91 (e.g. a user without SCRAM credentials)
         ├── ProducerStateError              45, 46, 47, 59, 90 (sequence and epoch errors)
         └── UnknownServerError              -1
         (every other code raises a plain ``KafkaError``)
@@ -68,6 +71,7 @@ __all__ = [
     "CorruptMessageError",
     "ErrorCode",
     "FencedLeaderEpochError",
+    "FluxAuthenticationError",
     "FluxConnectionError",
     "FluxError",
     "FluxProtocolError",
@@ -94,6 +98,7 @@ __all__ = [
     "PolicyViolationError",
     "ProducerStateError",
     "RequestTimedOutError",
+    "ResourceNotFoundError",
     "TableViewError",
     "TopicAlreadyExistsError",
     "TopicDeletionDisabledError",
@@ -138,6 +143,22 @@ class FluxProtocolError(FluxError):
 class TableViewError(FluxError):
     """A table view (``flux.sdk.table``) stopped following its topic and no longer serves its
     table; ``__cause__`` is what stopped it."""
+
+
+class FluxAuthenticationError(FluxError):
+    """A broker refused this client's credentials: the SASL exchange failed (wrong user name or
+    password, a mechanism the listener does not enable, a re-authentication refused), or the
+    TLS handshake did (an untrusted certificate, a host name it does not name).
+
+    The message includes the broker's ``error_message`` when it sent one, never the password.
+    ``code`` is the Kafka error code the broker answered with (SASL_AUTHENTICATION_FAILED,
+    UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE), or None for a TLS failure. Not retried:
+    the same credentials would fail again.
+    """
+
+    def __init__(self, message: str, *, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class KafkaError(FluxError):
@@ -282,6 +303,10 @@ class GroupNotFoundError(KafkaError):
     """The group does not exist (no members and no committed offsets)."""
 
 
+class ResourceNotFoundError(KafkaError):
+    """The request named a resource that does not exist (a user without SCRAM credentials)."""
+
+
 class ProducerStateError(KafkaError):
     """A producer's sequence number or epoch was rejected."""
 
@@ -335,6 +360,7 @@ ERROR_CLASSES: dict[ErrorCode, type[KafkaError]] = {
     ErrorCode.PRODUCER_FENCED: ProducerStateError,
     ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageError,
     ErrorCode.TOPIC_DELETION_DISABLED: TopicDeletionDisabledError,
+    ErrorCode.RESOURCE_NOT_FOUND: ResourceNotFoundError,
     ErrorCode.FENCED_LEADER_EPOCH: FencedLeaderEpochError,
     ErrorCode.UNKNOWN_LEADER_EPOCH: UnknownLeaderEpochError,
 }

@@ -17,13 +17,14 @@ threads and may call ``commit``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import limits
 from .consumer import Consumer
 from .errors import ConfigurationError
 from .messages import ConsumedRecord, TopicPartition
+from .security import ClientSecurity
 
 __all__ = ["GroupConsumer", "TopicPartition"]
 
@@ -50,6 +51,7 @@ class GroupConsumer:
         on_revoke: Callback | None = None,
         timeout_s: float = limits.RETRY_TIMEOUT_S,
         fetch_max_bytes: int = 1 << 20,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise ConfigurationError("auto_offset_reset must be 'earliest' or 'latest'")
@@ -72,6 +74,7 @@ class GroupConsumer:
             on_assign=on_assign,
             on_revoke=on_revoke,
             timeout_s=timeout_s,
+            security=security,
         )
 
     def __enter__(self) -> GroupConsumer:

@@ -27,6 +27,7 @@ __all__ = [
     "RETRY_BACKOFF_MAX_S",
     "RETRY_TIMEOUT_MAX_S",
     "RETRY_TIMEOUT_S",
+    "SCRAM_ALTERATIONS_MAX",
     "POLL_RECORDS_MAX",
     "SEND_BATCH_RECORDS_MAX",
     "TABLE_KEYS_DEFAULT",
@@ -88,6 +89,9 @@ IN_FLIGHT_REQUESTS_MAX = 10_000
 #: Consumer bounds: records one poll may return; attempts of a failing ``run`` handler.
 POLL_RECORDS_MAX = 100_000
 HANDLER_ATTEMPTS_MAX = 1_000
+
+#: ``Admin.alter_user_scram_credentials`` sends at most this many alterations at once.
+SCRAM_ALTERATIONS_MAX = 1000
 
 #: A table view (``flux.sdk.table``) holds at most ``max_keys`` keys in memory: this many by
 #: default, and ``max_keys`` may be configured up to ``TABLE_KEYS_MAX``.

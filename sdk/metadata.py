@@ -78,6 +78,14 @@ CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = MappingProxyType(
         ApiKey.DELETE_GROUPS: (0, 2),
         # Idempotent SimpleProducer.
         ApiKey.INIT_PRODUCER_ID: (0, 4),
+        # SASL (flux.sdk.connection): SaslHandshake v1 carries the tokens in SaslAuthenticate
+        # requests (v0's raw frames are not spoken); SaslAuthenticate v1+ tells the session
+        # lifetime (KIP-368).
+        ApiKey.SASL_HANDSHAKE: (1, 1),
+        ApiKey.SASL_AUTHENTICATE: (0, 2),
+        # SCRAM credentials (Admin).
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     }
 )
 

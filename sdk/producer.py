@@ -33,6 +33,9 @@ How it works:
   writing it twice, across leader failover too. Records sent with ``acks`` 0 or 1 (per call)
   go without sequence numbers. When a batch fails for good, whether it was written is unknown;
   the producer then takes a new producer id, so later batches cannot be mistaken for it.
+* **Security**: ``security=`` (a ``ClientSecurity`` or Kafka's dotted names, see
+  ``flux.sdk.security``) secures every connection; a refused login fails the records'
+  futures with ``FluxAuthenticationError``, which is not retried.
 * **Bad input fails before the network**: invalid settings raise ``ConfigurationError`` naming
   the parameter at construction; a record larger than ``max_request_size`` raises
   ``MessageTooLargeError`` from ``produce``; a topic that does not exist raises
@@ -50,7 +53,7 @@ import asyncio
 import concurrent.futures
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +84,7 @@ from .messages import (
     encode_headers,
 )
 from .metadata import RetryPolicy
+from .security import ClientSecurity
 
 __all__ = [
     "IDEMPOTENT_RETRY_CODES",
@@ -181,6 +185,7 @@ class AsyncProducer:
         delivery_timeout_ms: float = limits.RETRY_TIMEOUT_S * 1000,
         request_timeout_ms: float = limits.REQUEST_TIMEOUT_S * 1000,
         allow_auto_topic_creation: bool = True,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
     ) -> None:
         self.acks = parse_acks(acks)
         if idempotent is None:
@@ -214,6 +219,7 @@ class AsyncProducer:
             request_timeout_s=request_timeout_ms / 1000,
             retry=RetryPolicy(timeout_s=self.delivery_timeout_s),
             allow_auto_topic_creation=allow_auto_topic_creation,
+            security=security,
         )
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._sticky: dict[str, int] = {}

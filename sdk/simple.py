@@ -18,7 +18,7 @@ Thread-safety: one instance per thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from flux.protocol.api import ApiKey
@@ -33,6 +33,7 @@ from .errors import ConfigurationError, FluxProtocolError, error_for
 from .messages import ConsumedRecord, HeadersInput, RecordMetadata, decode_fetched
 from .metadata import RetryPolicy
 from .producer import Producer
+from .security import ClientSecurity
 
 __all__ = [
     "ConsumedRecord",
@@ -61,6 +62,7 @@ class SimpleProducer:
         timeout_s: float = limits.RETRY_TIMEOUT_S,
         allow_auto_topic_creation: bool = True,
         idempotent: bool = False,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
     ) -> None:
         if acks is None:
             acks = -1 if idempotent else 1
@@ -81,6 +83,7 @@ class SimpleProducer:
             delivery_timeout_ms=timeout_s * 1000,
             request_timeout_ms=min(timeout_s, limits.REQUEST_TIMEOUT_S) * 1000,
             allow_auto_topic_creation=allow_auto_topic_creation,
+            security=security,
         )
 
     def __enter__(self) -> SimpleProducer:
@@ -162,6 +165,7 @@ class SimpleConsumer:
         client_id: str = "flux-consumer",
         timeout_s: float = limits.RETRY_TIMEOUT_S,
         read_committed: bool = False,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self._client = ClusterClient(
@@ -170,6 +174,7 @@ class SimpleConsumer:
             # A long-polling fetch must get its answer before the socket gives up.
             request_timeout_s=limits.REQUEST_TIMEOUT_S + limits.FETCH_WAIT_MS_MAX / 1000,
             retry=RetryPolicy(timeout_s=timeout_s),
+            security=security,
         )
         self._loop = LoopThread("flux-simple-consumer")
         self._isolation_level = 1 if read_committed else 0

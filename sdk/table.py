@@ -34,6 +34,8 @@ How it works:
   ``on_change_during_load=False`` leaves out the records below the start-time high watermarks.
   It runs on the view's event loop, in offset order per partition: a plain function must not
   block, an ``async`` one is awaited before the next record is applied.
+* **Security**: ``security=`` is the consumer's (``flux.sdk.security``); a refused login
+  (``FluxAuthenticationError``) stops the view like any error that is not transient.
 * **Failures**: lost connections, timeouts and partitions without a leader are retried with
   backoff for as long as the view runs. Anything else — ``on_change`` or a deserializer
   raised, the topic was deleted, the table would exceed ``max_keys`` — stops the view: every
@@ -74,6 +76,7 @@ from .errors import (
     UnknownTopicError,
 )
 from .messages import ConsumedRecord, TopicPartition
+from .security import ClientSecurity
 
 __all__ = ["AsyncTableView", "TableView", "TableViewError"]
 
@@ -131,6 +134,7 @@ class AsyncTableView:
         fetch_max_bytes: int = 1 << 20,
         fetch_max_wait_ms: int = 500,
         timeout_s: float = limits.RETRY_TIMEOUT_S,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(topic, str) or not topic:
             raise ConfigurationError("topic must be a non-empty topic name")
@@ -162,6 +166,7 @@ class AsyncTableView:
             fetch_max_wait_ms=fetch_max_wait_ms,
             max_poll_records=_READ_RECORDS_MAX,
             timeout_s=timeout_s,
+            security=security,
         )
         self._table: dict[Any, Any] = {}
         self._positions: dict[int, int] = {}
