@@ -4,6 +4,7 @@ Kafka's error codes and nothing written when refused."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ from confluent_kafka.admin import (
 )
 from flux.auth.certificates import CertificateAuthority
 from flux.cluster.launcher import NodeProcess
+from flux.protocol.api import ApiKey
+from flux.protocol.errors import ErrorCode
+from flux.sdk.wire import KafkaConnection
 
 from tests.integration.helpers import wait_until
 
@@ -257,3 +261,58 @@ def test_acl_changes_apply_to_open_connections(cluster: Cluster) -> None:
     producer.flush(20)
     assert [error.name() for error in outcome] == ["TOPIC_AUTHORIZATION_FAILED"]
     assert cluster.end_offset("orders") == 1
+
+
+def test_an_acl_change_reaches_every_broker_within_a_second(
+    cluster_factory: Callable[..., list[NodeProcess]],
+) -> None:
+    # Anonymous PLAINTEXT clients are super users here: the test is about propagation.
+    nodes = cluster_factory(
+        3, security={"authorizer_enable": True, "super_users": ["User:ANONYMOUS"]}
+    )
+    connections = [KafkaConnection.from_bootstrap(n.ready["bootstrap_servers"]) for n in nodes]
+    describe = {
+        "resource_type_filter": 1,
+        "resource_name_filter": None,
+        "pattern_type_filter": 1,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": 1,
+        "permission_type": 1,
+    }
+    try:
+        for round_number in range(3):
+            name = f"topic-{round_number}"
+            answer = connections[round_number].request(
+                ApiKey.CREATE_ACLS,
+                3,
+                {
+                    "creations": [
+                        {
+                            "resource_type": 2,
+                            "resource_name": name,
+                            "resource_pattern_type": 3,
+                            "principal": "User:alice",
+                            "host": "*",
+                            "operation": 4,
+                            "permission_type": 3,
+                        }
+                    ]
+                },
+            )
+            assert answer["results"][0]["error_code"] == ErrorCode.NONE
+            created = time.monotonic()
+
+            def everywhere(name: str = name) -> bool:
+                for conn in connections:
+                    found = conn.request(ApiKey.DESCRIBE_ACLS, 3, describe)["resources"]
+                    if name not in {resource["resource_name"] for resource in found}:
+                        return False
+                return True
+
+            wait_until(everywhere, timeout_s=10, interval_s=0.01)
+            # Metadata follows by long poll: milliseconds; the bound leaves room for a loaded CI.
+            assert time.monotonic() - created < 2.0, time.monotonic() - created
+    finally:
+        for conn in connections:
+            conn.close()
