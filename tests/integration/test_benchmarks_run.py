@@ -101,3 +101,20 @@ def test_compaction_benchmark_prints_json() -> None:
     assert run["idle"]["records_per_s"] > 0 and run["busy"]["records_per_s"] > 0
     assert run["idle"]["cleaner"]["read_bytes"] == 0  # cleaner.enable = false
     assert run["busy"]["cleaner"]["read_bytes_grew"] and run["busy"]["cleaner"]["errors"] == 0
+
+
+def test_security_benchmark_prints_json() -> None:
+    figures = _run("security.py", "--quick")
+    assert figures["benchmark"] == "security" and figures["nodes"] == 3
+    assert figures["machine"]["cpus"] > 0 and len(figures["machine"]["load_average_at_start"]) == 3
+    protocols = figures["protocols"]
+    assert sorted(protocols) == ["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
+    for name, entry in protocols.items():
+        for side in ("produce", "consume"):
+            assert entry[side]["records_per_s"] > 0 and entry[side]["mb_per_s"] > 0, (name, side)
+            if name != "PLAINTEXT":
+                assert entry[f"{side}_vs_plaintext"] > 0, (name, side)
+    assert len(figures["runs"]) == 4
+    for run in figures["runs"]:
+        assert run["produce"]["delivery_errors"] == 0
+        assert run["consume"]["high_watermark_records"] == figures["records"] == 50_000
