@@ -3,11 +3,12 @@
 fluxctl node start --config node.toml        run one node in the foreground
 fluxctl node start --data-dir d --kafka-port 9092   the same without a file
 fluxctl cluster up [--nodes 1]              start a local cluster in the background
+fluxctl cluster up --secure                 the same with TLS, SASL, ACLs and an admin user
 fluxctl cluster status | down | kill N | restart N
 fluxctl cluster up --docker                 the same in containers (docker-compose.cluster.yml)
 fluxctl cluster partition N | heal --docker cut a node off the network and reconnect it
 fluxctl chaos run SCENARIO [--seed N] [--docker]  fault injection checked for anomalies
-fluxctl topic | group | user | produce | consume  client commands (flux.cli.topic, ...)
+fluxctl topic | group | user | acl | produce | consume  client commands (flux.cli.topic, ...)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import signal
 import sys
 import time
@@ -27,10 +29,23 @@ import click
 from flux.chaos.docker_cluster import controller_status
 from flux.cluster.config import ConfigError, load_config
 from flux.cluster.launcher import (
+    ADMIN_MECHANISMS,
+    ADMIN_USER,
+    CLIENT_PROPERTIES_FILE,
+    TLS_DIR,
+    ClusterSecurityError,
+    ClusterTls,
     NodeProcess,
     NodeStartError,
+    client_properties,
+    create_scram_user,
     local_cluster_configs,
+    provision_admin,
     read_node_state,
+    secure_settings,
+    wait_client_login,
+    write_client_properties,
+    write_cluster_tls,
     write_json_atomically,
 )
 
@@ -43,6 +58,10 @@ DEFAULT_KAFKA_PORT = 9092
 CONTROLLER_PORT_OFFSET = 100
 BROKER_HTTP_PORT_OFFSET = 200
 DEFAULT_DOCKER_PROJECT = "flux"
+#: Host names the node certificate of ``--secure`` is valid for besides the advertised host.
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+#: The docker nodes' names on their network (their certificate must name them too).
+DOCKER_NODE_HOSTS = ("flux1", "flux2", "flux3")
 
 
 @click.group()
@@ -165,6 +184,12 @@ _project_option = click.option(
     metavar="NAME=VALUE",
     help="--docker: a compose variable, e.g. --env FLUX_SESSION_TIMEOUT_MS=2000",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="TLS + SASL listeners, ACLs, authenticated HTTP API and node traffic, and a SCRAM "
+    "super user 'admin' whose client settings go to DATA_DIR/client.properties",
+)
 def cluster_up(
     cluster_dir: str,
     nodes: int,
@@ -175,12 +200,33 @@ def cluster_up(
     project: str,
     base_image: str | None,
     settings: tuple[str, ...],
+    secure: bool,
 ) -> None:
     """Start N nodes (each controller + broker) in the background and wait until every broker
     is registered and a controller is active; print the bootstrap servers.
 
     With --docker: build the node image if it is missing or stale, start the 3 nodes of
-    docker-compose.cluster.yml and wait until every container is healthy."""
+    docker-compose.cluster.yml and wait until every container is healthy.
+
+    With --secure: a CA and a node certificate (for 127.0.0.1 and localhost) in DATA_DIR/tls;
+    every node's one Kafka listener is SASL_SSL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), the
+    authorizer is on with User:admin the only super user and nothing allowed without an ACL,
+    the HTTP API wants a SCRAM user's Basic login, and nodes talk to each other over TLS with
+    the cluster's node credential. Once the nodes are ready, the SCRAM credentials of 'admin'
+    (a random password) are created through the active controller, its client settings are
+    written to DATA_DIR/client.properties (mode 0600), and the command returns when a login as
+    admin works. It prints client settings for confluent-kafka, kafka-python, aiokafka and
+    fluxctl --client-config (never the password: it is in client.properties). The cluster
+    stays secure across down / up / restart; `up` without --secure refuses it.
+
+    --docker --secure: the same settings through the compose file's variables, with the
+    certificates in DATA_DIR/docker-PROJECT-tls mounted into the containers at /etc/flux/tls
+    and the settings in DATA_DIR/docker-PROJECT-client.properties. Limits: the node key in
+    that folder is readable by every user of this machine (mode 0644: the containers' user,
+    uid 10001, reads it through the bind mount); the certificate names flux1..3, 127.0.0.1
+    and localhost, so clients must use those names (FLUX_EXTERNAL_HOST is added when set; the
+    folder is reused by later `up`s: remove it after changing FLUX_EXTERNAL_HOST); chaos runs
+    in Docker stay without security."""
     if docker:
         if nodes != 3:
             raise click.UsageError("--docker runs the 3 nodes of docker-compose.cluster.yml")
@@ -191,53 +237,177 @@ def cluster_up(
                 raise click.UsageError(f"--env expects NAME=VALUE, got {setting!r}")
             env[name] = value
         with _docker_errors():
-            status = _docker_cluster(cluster_dir, project).up(
+            status = _docker_up(
+                cluster_dir,
+                project,
                 base_port=base_port or DEFAULT_KAFKA_PORT,
                 timeout_s=max(timeout, 120.0),
                 base_image=base_image,
-                settings=env,
-                echo=lambda line: click.echo(line, err=True),
+                env=env,
+                secure=secure,
             )
         _print_status(status, as_json)
         return
     root = Path(cluster_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     with _state_lock(root):
-        _cluster_up_locked(root, nodes, base_port, timeout, as_json)
+        _cluster_up_locked(root, nodes, base_port, timeout, as_json, secure=secure)
 
 
 def _cluster_up_locked(
-    root: Path, nodes: int, base_port: int, timeout: float, as_json: bool
+    root: Path, nodes: int, base_port: int, timeout: float, as_json: bool, *, secure: bool
 ) -> None:
     state = _load_state(root)
+    if state and bool(state.get("secure")) != secure:
+        was = "with --secure" if state.get("secure") else "without --secure"
+        raise click.ClickException(
+            f"the cluster in {root} was created {was}: start it the same way, or use another "
+            "--data-dir for a new cluster"
+        )
     if state and any(_alive(entry) for entry in state["nodes"]):
         _print_status(_status(state), as_json)
         click.echo(f"cluster already running in {root} (fluxctl cluster down stops it)", err=True)
         return
+    tls = ClusterTls.in_directory(root / TLS_DIR) if secure else None
     if state and len(state["nodes"]) == nodes:
         processes = [
             _process(entry["id"], root / f"node-{entry['id']}") for entry in state["nodes"]
         ]
     else:
+        if secure:
+            # Nodes advertise 127.0.0.1 (local_cluster_configs' host): the certificate names it.
+            tls = write_cluster_tls(root / TLS_DIR, LOCAL_HOSTS)
         processes = local_cluster_configs(
             root,
             nodes,
             kafka_base_port=base_port,
             controller_base_port=base_port + CONTROLLER_PORT_OFFSET if base_port else 0,
             http_base_port=base_port + BROKER_HTTP_PORT_OFFSET if base_port else 0,
+            tls=tls,
         )
     for process in processes:
         process.start()
     try:
         for process in processes:
             process.wait_ready(timeout)
-    except NodeStartError as error:
+        if tls is not None:
+            _secure_local_cluster(root, processes, tls, timeout)
+    except (NodeStartError, ClusterSecurityError) as error:
         for process in processes:
             process.stop()
         raise click.ClickException(str(error)) from None
     state = {"dir": str(root), "nodes": [_entry(process) for process in processes]}
+    if tls is not None:
+        state["secure"] = True
+        state["security"] = _security_record(tls.ca_file, root / CLIENT_PROPERTIES_FILE)
     _save_state(root, state)
     _print_status(_status(state), as_json)
+
+
+def _secure_local_cluster(
+    root: Path, processes: list[NodeProcess], tls: ClusterTls, timeout: float
+) -> None:
+    """Create (or renew) the admin user and write its client settings."""
+    properties_path = root / CLIENT_PROPERTIES_FILE
+    settings = provision_admin(
+        processes, tls, password=_admin_password(properties_path), timeout_s=timeout
+    )
+    write_client_properties(properties_path, settings)
+
+
+def _admin_password(properties_path: Path) -> str:
+    """The admin password of an earlier `up` (kept, so clients' settings stay valid), or a
+    new random one."""
+    from flux.sdk.security import load_client_properties
+
+    if properties_path.exists():
+        password = load_client_properties(properties_path).get("sasl.password")
+        if password:
+            return password
+    return secrets.token_urlsafe(24)
+
+
+def _security_record(ca_file: Path, properties_path: Path) -> dict[str, Any]:
+    """What the state file keeps of a secure cluster (no password: that is in the file)."""
+    return {
+        "protocol": "SASL_SSL",
+        "user": ADMIN_USER,
+        "mechanism": ADMIN_MECHANISMS[0],
+        "ca_file": str(ca_file),
+        "client_properties": str(properties_path),
+    }
+
+
+def _docker_up(
+    cluster_dir: str,
+    project: str,
+    *,
+    base_port: int,
+    timeout_s: float,
+    base_image: str | None,
+    env: dict[str, str],
+    secure: bool,
+) -> dict[str, Any]:
+    """``up --docker``; with ``secure``, certificates in a folder the containers mount, the
+    security settings as compose variables, then the admin user as in the local mode."""
+    from flux.chaos.docker_cluster import TLS_MOUNT, Ports, secure_compose_env
+
+    cluster = _docker_cluster(cluster_dir, project)
+    root = Path(cluster_dir).resolve()
+    tls = None
+    if secure:
+        tls_dir = root / f"docker-{project}-tls"
+        tls = ClusterTls.in_directory(tls_dir)
+        if not tls.ca_file.exists():
+            hosts = [*DOCKER_NODE_HOSTS, *LOCAL_HOSTS]
+            if env.get("FLUX_EXTERNAL_HOST") or os.environ.get("FLUX_EXTERNAL_HOST"):
+                hosts.append(env.get("FLUX_EXTERNAL_HOST") or os.environ["FLUX_EXTERNAL_HOST"])
+            write_cluster_tls(tls_dir, hosts, shared=True)
+        env = {
+            **secure_compose_env(tls_dir, secure_settings(ClusterTls.in_directory(TLS_MOUNT))),
+            **env,
+        }
+    cluster.up(
+        base_port=base_port,
+        timeout_s=timeout_s,
+        base_image=base_image,
+        settings=env,
+        ca_file=tls.ca_file if tls is not None else None,
+        echo=lambda line: click.echo(line, err=True),
+    )
+    if tls is None:
+        return _docker_status(cluster)
+    ports = Ports(cluster.base_port or base_port)
+    properties_path = root / f"docker-{project}-client.properties"
+    password = _admin_password(properties_path)
+    try:
+        create_scram_user(
+            [f"127.0.0.1:{ports.controller_http(node_id)}" for node_id in (1, 2, 3)],
+            user=ADMIN_USER,
+            password=password,
+            secret=cluster.secret,
+            ca_file=tls.ca_file,
+            timeout_s=timeout_s,
+        )
+        brokers = [f"127.0.0.1:{ports.kafka(node_id)}" for node_id in (1, 2, 3)]
+        settings = client_properties(",".join(brokers), password=password, ca_file=tls.ca_file)
+        wait_client_login(brokers, settings, timeout_s=timeout_s)
+    except ClusterSecurityError as error:
+        raise click.ClickException(str(error)) from None
+    write_client_properties(properties_path, settings)
+    cluster.record_security(_security_record(tls.ca_file, properties_path))
+    return _docker_status(cluster)
+
+
+def _docker_status(cluster: Any) -> dict[str, Any]:
+    """The docker cluster's status, with the client settings of a secure one."""
+    status: dict[str, Any] = cluster.status()
+    record = status.get("security")
+    if record:
+        status["security"] = _client_settings(
+            record, ",".join(node["kafka"] for node in status["nodes"])
+        )
+    return status
 
 
 @cluster.command("status")
@@ -254,7 +424,7 @@ def cluster_status(cluster_dir: str, as_json: bool, docker: bool, project: str) 
                 raise click.ClickException(
                     f"no docker cluster {project!r} (start one with: fluxctl cluster up --docker)"
                 )
-            _print_status(cluster.status(), as_json)
+            _print_status(_docker_status(cluster), as_json)
         return
     state = _require_state(Path(cluster_dir).resolve())
     _print_status(_status(state), as_json)
@@ -331,7 +501,7 @@ def cluster_restart(
         with _docker_errors():
             cluster = _docker_cluster(cluster_dir, project)
             cluster.restart(node_id, max(timeout, 120.0))
-            _print_status(cluster.status(), as_json)
+            _print_status(_docker_status(cluster), as_json)
         return
     root = Path(cluster_dir).resolve()
     entry = _find(_require_state(root), node_id)
@@ -454,10 +624,16 @@ def _entry(process: NodeProcess) -> dict[str, Any]:
 
 
 def _status(state: dict[str, Any]) -> dict[str, Any]:
+    security = state.get("security") if state.get("secure") else None
+    ca_file = security["ca_file"] if security else None
     nodes = []
     for entry in state["nodes"]:
         running = _alive(entry)
-        controller = controller_status(entry["http"]) if running and entry.get("http") else None
+        controller = (
+            controller_status(entry["http"], ca_file=ca_file)
+            if running and entry.get("http")
+            else None
+        )
         node_state = _node_state(entry) if running else None
         nodes.append(
             {
@@ -469,9 +645,61 @@ def _status(state: dict[str, Any]) -> dict[str, Any]:
                 "metadata_version": controller.get("version") if controller else None,
             }
         )
-    return {
+    status: dict[str, Any] = {
         "bootstrap_servers": ",".join(n["kafka"] for n in nodes if n["running"] and n["kafka"]),
+        "secure": security is not None,
         "nodes": nodes,
+    }
+    if security is not None:
+        every_broker = ",".join(n["kafka"] for n in nodes if n["kafka"])
+        status["security"] = _client_settings(security, every_broker)
+    return status
+
+
+def _client_settings(security: dict[str, Any], bootstrap_servers: str) -> dict[str, Any]:
+    """Ready client settings of a secure cluster's admin for confluent-kafka, kafka-python,
+    aiokafka and fluxctl, without the password: each names the setting that takes it, and
+    ``client_properties`` is the file holding it (``sasl.password``)."""
+    properties, ca_file = security["client_properties"], security["ca_file"]
+    protocol, mechanism, user = security["protocol"], security["mechanism"], security["user"]
+    python_settings = {
+        "security_protocol": protocol,
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+    }
+    return {
+        **security,
+        "password": f"sasl.password in {properties}",
+        "confluent_kafka": {
+            "settings": {
+                "bootstrap.servers": bootstrap_servers,
+                "security.protocol": protocol,
+                "sasl.mechanism": mechanism,
+                "sasl.username": user,
+                "ssl.ca.location": ca_file,
+            },
+            "password_setting": "sasl.password",
+            "example": (
+                "from flux.sdk.security import load_client_properties; "
+                f"Producer(load_client_properties({properties!r}))"
+            ),
+        },
+        "kafka_python": {
+            "settings": {
+                "bootstrap_servers": bootstrap_servers.split(","),
+                **python_settings,
+                "ssl_cafile": ca_file,
+            },
+            "password_setting": "sasl_plain_password",
+        },
+        "aiokafka": {
+            "settings": {"bootstrap_servers": bootstrap_servers, **python_settings},
+            "password_setting": "sasl_plain_password",
+            "ssl_context": f"aiokafka.helpers.create_ssl_context(cafile={ca_file!r})",
+        },
+        "fluxctl": (
+            f"fluxctl topic list --bootstrap {bootstrap_servers} --client-config {properties}"
+        ),
     }
 
 
@@ -500,6 +728,41 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
         console = Console(width=160)  # piped output: whole headers, no wrapping at 80 columns
     console.print(table)
     console.print(f"bootstrap servers: {status['bootstrap_servers'] or '(none running)'}")
+    if status.get("security"):
+        click.echo(_format_client_settings(status["security"]))
+
+
+def _format_client_settings(settings: dict[str, Any]) -> str:
+    """The text form of ``client_settings``: one ready call per client library."""
+    password = f"PASSWORD (the sasl.password line of {settings['client_properties']})"
+    confluent = dict(settings["confluent_kafka"]["settings"])
+    kafka_python = settings["kafka_python"]["settings"]
+    aiokafka = settings["aiokafka"]["settings"]
+
+    def arguments(values: dict[str, Any], extra: str) -> str:
+        return ", ".join([*(f"{key}={value!r}" for key, value in values.items()), extra])
+
+    confluent_text = json.dumps({**confluent, "sasl.password": "PASSWORD"})
+    return "\n".join(
+        [
+            f"secure: {settings['protocol']}, user {settings['user']} "
+            f"({settings['mechanism']}), CA {settings['ca_file']}",
+            f"client settings (with the password): {settings['client_properties']}",
+            f"  confluent-kafka: Producer({confluent_text})",
+            f"                   or {settings['confluent_kafka']['example']}",
+            "  kafka-python:    KafkaProducer("
+            + arguments(kafka_python, "sasl_plain_password=PASSWORD")
+            + ")",
+            "  aiokafka:        AIOKafkaProducer("
+            + arguments(
+                aiokafka,
+                f"sasl_plain_password=PASSWORD, ssl_context={settings['aiokafka']['ssl_context']}",
+            )
+            + ")",
+            f"  fluxctl:         {settings['fluxctl']}",
+            f"  PASSWORD:        {password}",
+        ]
+    )
 
 
 def _node_state(entry: dict[str, Any]) -> str | None:
@@ -596,6 +859,7 @@ def _terminate(entry: dict[str, Any]) -> None:
 
 
 def _register_client_commands() -> None:
+    from flux.cli.acl import acl
     from flux.cli.chaos import chaos
     from flux.cli.client_commands import consume, produce
     from flux.cli.group import group
@@ -606,6 +870,7 @@ def _register_client_commands() -> None:
     main.add_command(topic)
     main.add_command(group)
     main.add_command(user)
+    main.add_command(acl)
     main.add_command(produce)
     main.add_command(consume)
     main.add_command(chaos)

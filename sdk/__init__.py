@@ -26,6 +26,8 @@ See ``docs/sdk.md``.
 """
 
 from flux.sdk.admin import (
+    AclBinding,
+    AclFilter,
     Admin,
     AsyncAdmin,
     BrokerDescription,
@@ -78,6 +80,8 @@ from flux.sdk.simple import SimpleConsumer, SimpleProducer
 from flux.sdk.table import AsyncTableView, TableView
 
 __all__ = [
+    "AclBinding",
+    "AclFilter",
     "Admin",
     "Assignment",
     "AsyncAdmin",

@@ -76,6 +76,8 @@ from .metadata import RetryPolicy
 from .security import ClientSecurity
 
 __all__ = [
+    "AclBinding",
+    "AclFilter",
     "Admin",
     "AsyncAdmin",
     "BrokerDescription",
@@ -241,6 +243,96 @@ class ScramCredentialDeletion:
 
     user: str
     mechanism: str
+
+
+#: Kafka's ACL wire codes by name (``org.apache.kafka.common.acl`` / ``.resource``).
+ACL_RESOURCE_TYPES = {"ANY": 1, "TOPIC": 2, "GROUP": 3, "CLUSTER": 4, "TRANSACTIONAL_ID": 5}
+ACL_PATTERN_TYPES = {"ANY": 1, "MATCH": 2, "LITERAL": 3, "PREFIXED": 4}
+ACL_OPERATIONS = {
+    "ANY": 1,
+    "ALL": 2,
+    "READ": 3,
+    "WRITE": 4,
+    "CREATE": 5,
+    "DELETE": 6,
+    "ALTER": 7,
+    "DESCRIBE": 8,
+    "CLUSTER_ACTION": 9,
+    "DESCRIBE_CONFIGS": 10,
+    "ALTER_CONFIGS": 11,
+    "IDEMPOTENT_WRITE": 12,
+}
+ACL_PERMISSIONS = {"ANY": 1, "DENY": 2, "ALLOW": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL (Kafka's ``AclBinding``), fields by name: ``resource_type`` TOPIC, GROUP,
+    CLUSTER or TRANSACTIONAL_ID; ``pattern_type`` LITERAL or PREFIXED; ``principal``
+    ``User:name``; ``host`` ``*`` or an IP address; ``operation`` READ, WRITE, ...;
+    ``permission`` ALLOW or DENY."""
+
+    resource_type: str
+    resource_name: str
+    principal: str
+    operation: str
+    permission: str = "ALLOW"
+    pattern_type: str = "LITERAL"
+    host: str = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    """Selects ACLs to describe or delete; None (or ANY) matches anything. ``pattern_type``
+    MATCH selects every ACL that applies to ``resource_name`` (literal, wildcard, prefixes)."""
+
+    resource_type: str = "ANY"
+    resource_name: str | None = None
+    pattern_type: str = "ANY"
+    principal: str | None = None
+    host: str | None = None
+    operation: str = "ANY"
+    permission: str = "ANY"
+
+
+def _acl_code(table: dict[str, int], value: str, what: str) -> int:
+    code = table.get(value.upper()) if isinstance(value, str) else None
+    if code is None:
+        raise ConfigurationError(f"{what} must be one of {', '.join(table)}, got {value!r}")
+    return code
+
+
+def _acl_filter_body(acl_filter: AclFilter) -> dict[str, Any]:
+    return {
+        "resource_type_filter": _acl_code(
+            ACL_RESOURCE_TYPES, acl_filter.resource_type, "resource type"
+        ),
+        "resource_name_filter": acl_filter.resource_name,
+        "pattern_type_filter": _acl_code(
+            ACL_PATTERN_TYPES, acl_filter.pattern_type, "pattern type"
+        ),
+        "principal_filter": acl_filter.principal,
+        "host_filter": acl_filter.host,
+        "operation": _acl_code(ACL_OPERATIONS, acl_filter.operation, "operation"),
+        "permission_type": _acl_code(ACL_PERMISSIONS, acl_filter.permission, "permission"),
+    }
+
+
+def _name_of(table: dict[str, int], code: int) -> str:
+    return next((name for name, value in table.items() if value == code), f"UNKNOWN({code})")
+
+
+def _acl_from(item: dict[str, Any], resource: dict[str, Any] | None = None) -> AclBinding:
+    source = resource if resource is not None else item
+    return AclBinding(
+        resource_type=_name_of(ACL_RESOURCE_TYPES, source["resource_type"]),
+        resource_name=source["resource_name"],
+        pattern_type=_name_of(ACL_PATTERN_TYPES, source["pattern_type"]),
+        principal=item["principal"],
+        host=item["host"],
+        operation=_name_of(ACL_OPERATIONS, item["operation"]),
+        permission=_name_of(ACL_PERMISSIONS, item["permission_type"]),
+    )
 
 
 class AsyncAdmin:
@@ -674,6 +766,73 @@ class AsyncAdmin:
 
         await self.client.call_any(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body, read)
 
+    # -- ACLs --------------------------------------------------------------------------------
+
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Create ACL bindings (CreateAcls); the first refused one raises its typed error
+        (``KafkaError`` INVALID_REQUEST naming the problem, CLUSTER_AUTHORIZATION_FAILED, ...),
+        after the valid ones were created."""
+        items = list(bindings)
+        if not items:
+            raise ConfigurationError("no ACL bindings to create")
+        body = {
+            "creations": [
+                {
+                    "resource_type": _acl_code(
+                        ACL_RESOURCE_TYPES, b.resource_type, "resource type"
+                    ),
+                    "resource_name": b.resource_name,
+                    "resource_pattern_type": _acl_code(
+                        ACL_PATTERN_TYPES, b.pattern_type, "pattern type"
+                    ),
+                    "principal": b.principal,
+                    "host": b.host,
+                    "operation": _acl_code(ACL_OPERATIONS, b.operation, "operation"),
+                    "permission_type": _acl_code(ACL_PERMISSIONS, b.permission, "permission"),
+                }
+                for b in items
+            ]
+        }
+
+        def read(response: dict[str, Any], _: int) -> None:
+            for result in response["results"]:
+                _raise_for(result["error_code"], result.get("error_message"), context="CreateAcls")
+
+        await self.client.call_any(ApiKey.CREATE_ACLS, body, read)
+
+    async def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        """The ACL bindings matching ``acl_filter`` (all of them by default)."""
+        body = _acl_filter_body(acl_filter or AclFilter())
+
+        def read(response: dict[str, Any], _: int) -> list[AclBinding]:
+            _raise_for(
+                response["error_code"], response.get("error_message"), context="DescribeAcls"
+            )
+            return [
+                _acl_from(acl, resource)
+                for resource in response["resources"]
+                for acl in resource["acls"]
+            ]
+
+        return await self.client.call_any(ApiKey.DESCRIBE_ACLS, body, read)
+
+    async def delete_acls(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        """Delete every ACL binding matching any of ``filters``; the bindings deleted."""
+        items = list(filters)
+        if not items:
+            raise ConfigurationError("no ACL filters given")
+        body = {"filters": [_acl_filter_body(item) for item in items]}
+
+        def read(response: dict[str, Any], _: int) -> list[AclBinding]:
+            deleted: dict[AclBinding, None] = {}
+            for result in response["filter_results"]:
+                _raise_for(result["error_code"], result.get("error_message"), context="DeleteAcls")
+                for acl in result["matching_acls"]:
+                    deleted[_acl_from(acl)] = None
+            return list(deleted)
+
+        return await self.client.call_any(ApiKey.DELETE_ACLS, body, read)
+
     async def describe_user_scram_credentials(
         self, users: Iterable[str] | None = None
     ) -> dict[str, UserScramCredentials]:
@@ -846,6 +1005,15 @@ class Admin:
         self, users: Iterable[str] | None = None
     ) -> dict[str, UserScramCredentials]:
         return self._loop.run(self._async.describe_user_scram_credentials(users))
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        self._loop.run(self._async.create_acls(bindings))
+
+    def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        return self._loop.run(self._async.describe_acls(acl_filter))
+
+    def delete_acls(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        return self._loop.run(self._async.delete_acls(filters))
 
 
 def _read_group_listings(response: dict[str, Any], version: int) -> list[GroupListing]:

@@ -86,6 +86,10 @@ CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = MappingProxyType(
         # SCRAM credentials (Admin).
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+        # ACLs (Admin): v1 adds pattern types (PREFIXED); v2+ is flexible.
+        ApiKey.DESCRIBE_ACLS: (1, 3),
+        ApiKey.CREATE_ACLS: (1, 3),
+        ApiKey.DELETE_ACLS: (1, 3),
     }
 )
 
