@@ -12,11 +12,16 @@ Outcome rules (the heart of a sound history):
   it as failed would make the checker's ``aborted-read`` report false alarms.
 * A poll is ``ok`` with the records it returned; a poll error is ``info``.
 
+On a secured cluster every driver gets the cluster's client settings (``client_config``,
+Kafka's dotted names such as ``security.protocol`` and ``sasl.password``): librdkafka takes
+them as they are, the SDK as its ``security=``.
+
 Thread-safety: none; each driver belongs to the workload thread that made it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,12 +61,15 @@ class ConfluentProducer:
     ``fatal`` becomes True after a fatal error (an idempotent producer's sequence broke): the
     workload then replaces the producer under a new process name."""
 
-    def __init__(self, bootstrap: str, *, idempotent: bool) -> None:
+    def __init__(
+        self, bootstrap: str, *, idempotent: bool, client_config: Mapping[str, str] | None = None
+    ) -> None:
         from confluent_kafka import Producer
 
         self.fatal = False
         self._producer = Producer(
             {
+                **(client_config or {}),
                 "bootstrap.servers": bootstrap,
                 "log_level": _LIBRDKAFKA_LOG_LEVEL,
                 "acks": "all",
@@ -119,7 +127,9 @@ class FluxProducer:
 
     fatal = False
 
-    def __init__(self, bootstrap: str, *, idempotent: bool) -> None:
+    def __init__(
+        self, bootstrap: str, *, idempotent: bool, client_config: Mapping[str, str] | None = None
+    ) -> None:
         self._producer = SimpleProducer(
             bootstrap,
             acks=-1,
@@ -127,6 +137,7 @@ class FluxProducer:
             timeout_s=limits.OP_TIMEOUT_S,
             client_id="chaos-producer",
             allow_auto_topic_creation=False,
+            security=client_config or None,
         )
 
     def send(self, topic: str, partition: int, value: str) -> SendOutcome:
@@ -146,11 +157,20 @@ class ConfluentAssignConsumer:
     """A librdkafka consumer assigned every partition from offset 0 (no group membership;
     the group id only names it), polling without committing."""
 
-    def __init__(self, bootstrap: str, *, topic: str, partitions: list[int], name: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topic: str,
+        partitions: list[int],
+        name: str,
+        client_config: Mapping[str, str] | None = None,
+    ) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         self._consumer = Consumer(
             {
+                **(client_config or {}),
                 "bootstrap.servers": bootstrap,
                 "log_level": _LIBRDKAFKA_LOG_LEVEL,
                 "group.id": f"chaos-{name}",
@@ -181,9 +201,20 @@ class FluxAssignConsumer:
     """``flux.sdk.SimpleConsumer`` reading every partition from offset 0, one fetch per
     partition in turn, keeping its own positions."""
 
-    def __init__(self, bootstrap: str, *, topic: str, partitions: list[int], name: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topic: str,
+        partitions: list[int],
+        name: str,
+        client_config: Mapping[str, str] | None = None,
+    ) -> None:
         self._consumer = SimpleConsumer(
-            bootstrap, client_id=f"chaos-{name}", timeout_s=limits.OP_TIMEOUT_S
+            bootstrap,
+            client_id=f"chaos-{name}",
+            timeout_s=limits.OP_TIMEOUT_S,
+            security=client_config or None,
         )
         self._topic = topic
         self._positions = {partition: 0 for partition in partitions}
@@ -208,15 +239,29 @@ class FluxAssignConsumer:
         self._consumer.close()
 
 
-def make_producer(client: str, bootstrap: str, *, idempotent: bool) -> Any:
+def make_producer(
+    client: str,
+    bootstrap: str,
+    *,
+    idempotent: bool,
+    client_config: Mapping[str, str] | None = None,
+) -> Any:
     assert client in CLIENTS, client
     factory = ConfluentProducer if client == "confluent" else FluxProducer
-    return factory(bootstrap, idempotent=idempotent)
+    return factory(bootstrap, idempotent=idempotent, client_config=client_config)
 
 
 def make_consumer(
-    client: str, bootstrap: str, *, topic: str, partitions: list[int], name: str
+    client: str,
+    bootstrap: str,
+    *,
+    topic: str,
+    partitions: list[int],
+    name: str,
+    client_config: Mapping[str, str] | None = None,
 ) -> Any:
     assert client in CLIENTS, client
     factory = ConfluentAssignConsumer if client == "confluent" else FluxAssignConsumer
-    return factory(bootstrap, topic=topic, partitions=partitions, name=name)
+    return factory(
+        bootstrap, topic=topic, partitions=partitions, name=name, client_config=client_config
+    )

@@ -66,6 +66,9 @@ class DockerControl:
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{self._ports.kafka(node)}" for node in self.nodes())
 
+    def client_config(self) -> dict[str, str]:
+        return {}  # chaos clusters in Docker run without security
+
     def is_running(self, node: int) -> bool:
         container = self._cluster.container(node)
         container.reload()

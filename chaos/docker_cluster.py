@@ -27,6 +27,13 @@ Decisions:
 - **A partition** disconnects the node's container from the cluster network: it keeps running
   but reaches nobody and nobody reaches it (the host neither). ``heal`` reconnects every
   disconnected node under its service name, so the others find it again by name.
+- **A secure cluster** (``fluxctl cluster up --docker --secure``): the caller writes the
+  certificates into a host folder, ``secure_compose_env`` turns it and the nodes' ``[security]``
+  settings into the compose file's variables (both listeners ``SASL_SSL``), and
+  ``up(ca_file=...)`` records the CA, so that compose also reads ``SECURE_COMPOSE_FILE``
+  (the folder mounted read-only at ``TLS_MOUNT``) and ``status`` reads the controllers over
+  HTTPS. A cluster without security has no such mount. The caller then creates the admin user (``secret`` is the
+  cluster credential's key) and stores its client settings with ``record_security``.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import random
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -51,15 +59,20 @@ from typing import Any
 
 __all__ = [
     "COMPOSE_FILE",
+    "SECURE_COMPOSE_FILE",
+    "TLS_MOUNT",
     "DockerCluster",
     "DockerError",
     "connect",
     "ensure_image",
     "find_root",
     "free_base_port",
+    "secure_compose_env",
 ]
 
 COMPOSE_FILE = "docker-compose.cluster.yml"
+#: Added to ``COMPOSE_FILE`` for a secure cluster: mounts ``FLUX_TLS_DIR`` at ``TLS_MOUNT``.
+SECURE_COMPOSE_FILE = "docker/compose.secure.yml"
 IMAGE = "flux:latest"
 SLIM_BASE = "python:3.11-slim-bookworm"
 LOCAL_BASE = "flux-base:bookworm"
@@ -68,6 +81,24 @@ NODES = (1, 2, 3)
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 NETWORK = "flux"  # the compose file's network; compose names it <project>_flux
+#: Where a secure cluster's certificate folder is mounted in every container.
+TLS_MOUNT = Path("/etc/flux/tls")
+#: The compose file's variables of the nodes' ``[security]`` keys.
+SECURITY_VARIABLES = {
+    "ssl_certfile": "FLUX_SSL_CERTFILE",
+    "ssl_keyfile": "FLUX_SSL_KEYFILE",
+    "ssl_cafile": "FLUX_SSL_CAFILE",
+    "ssl_client_auth": "FLUX_SSL_CLIENT_AUTH",
+    "sasl_enabled_mechanisms": "FLUX_SASL_ENABLED_MECHANISMS",
+    "authorizer_enable": "FLUX_AUTHORIZER_ENABLE",
+    "super_users": "FLUX_SUPER_USERS",
+    "allow_everyone_if_no_acl_found": "FLUX_ALLOW_EVERYONE_IF_NO_ACL_FOUND",
+    "http_auth": "FLUX_HTTP_AUTH",
+    "internal_tls": "FLUX_INTERNAL_TLS",
+    "internal_auth": "FLUX_INTERNAL_AUTH",
+}
+#: The compose file's listeners (INTERNAL for the compose network, EXTERNAL for the host).
+LISTENERS = ("INTERNAL", "EXTERNAL")
 
 Echo = Callable[[str], None]
 
@@ -241,6 +272,32 @@ def _last_line(text: str) -> str:
 # -- the cluster -------------------------------------------------------------------------------
 
 
+def secure_compose_env(tls_dir: Path, security: dict[str, Any]) -> dict[str, str]:
+    """The compose variables of a secure cluster: ``tls_dir`` (a host folder) mounted at
+    ``TLS_MOUNT``, every listener ``SASL_SSL``, and ``security`` (the nodes' ``[security]``
+    section, its file paths under ``TLS_MOUNT``) as the variables of ``SECURITY_VARIABLES``."""
+    unknown = sorted(set(security) - set(SECURITY_VARIABLES))
+    if unknown:
+        raise DockerError(f"the compose file has no variable for security.{unknown[0]}")
+    env = {
+        "FLUX_TLS_DIR": str(tls_dir.resolve()),
+        "FLUX_LISTENER_PROTOCOLS": ",".join(f"{name}:SASL_SSL" for name in LISTENERS),
+    }
+    for key, value in security.items():
+        env[SECURITY_VARIABLES[key]] = _compose_value(value)
+    return env
+
+
+def _compose_value(value: Any) -> str:
+    """A setting as the nodes' ``FLUX_`` parser reads it back (booleans as TOML, lists with
+    commas)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Ports:
     """Host ports of a docker cluster whose node 1 has Kafka port ``base``."""
@@ -289,11 +346,19 @@ class DockerCluster:
         timeout_s: float = 120.0,
         base_image: str | None = None,
         settings: dict[str, str] | None = None,
+        ca_file: Path | None = None,
         echo: Echo = _quiet,
     ) -> dict[str, Any]:
-        """Build the image if needed, start the nodes, wait until all are healthy."""
+        """Build the image if needed, start the nodes, wait until all are healthy.
+        ``ca_file``: the cluster is secure (``secure_compose_env`` in ``settings``), its
+        controllers are read over HTTPS verified with this CA."""
         running = self.containers(running_only=True)
         if running:
+            if self.secure != (ca_file is not None):
+                was = "secure" if self.secure else "not secure"
+                raise DockerError(
+                    f"docker cluster {self.project!r} is running and {was}: take it down first"
+                )
             echo(f"docker cluster {self.project!r} is already running")
             return self.status()
         state = self._load_state() or {}
@@ -303,6 +368,11 @@ class DockerCluster:
                 "base_port": base_port,
                 "secret": secrets.token_hex(16),
             }
+        if ca_file is not None:
+            state["ca_file"] = str(ca_file)
+        else:
+            state.pop("ca_file", None)
+            state.pop("security", None)
         ports = Ports(base_port)
         for port, what in ports.all():
             if not _port_free(port):
@@ -325,6 +395,26 @@ class DockerCluster:
         self._compose(["up", "-d", "--no-build"], env)
         self.wait_healthy(NODES, timeout_s)
         return self.status()
+
+    @property
+    def base_port(self) -> int | None:
+        """Kafka port of node 1 on the host, as recorded by ``up``."""
+        return (self._load_state() or {}).get("base_port")
+
+    @property
+    def secret(self) -> str:
+        """The cluster's shared secret (the key of its node credential), as ``up`` chose it."""
+        return str((self._load_state() or {}).get("secret", ""))
+
+    @property
+    def secure(self) -> bool:
+        return bool((self._load_state() or {}).get("ca_file"))
+
+    def record_security(self, record: dict[str, Any]) -> None:
+        """Keep what clients of a secure cluster need (never a password) for ``status``."""
+        state = self._load_state() or {}
+        state["security"] = record
+        self._save_state(state)
 
     def down(self, *, volumes: bool = False) -> bool:
         """Remove the containers and the network (and the volumes with ``volumes``); False if
@@ -453,6 +543,7 @@ class DockerCluster:
         facts (name, state, whether it is on the cluster network)."""
         state = self._load_state() or {}
         ports = Ports(state.get("base_port", 9092))
+        ca_file = state.get("ca_file")
         nodes = []
         for node_id, container in sorted(self.containers().items()):
             container.reload()
@@ -460,7 +551,7 @@ class DockerCluster:
             health = container.attrs["State"].get("Health", {}).get("Status")
             connected = self._connected(container)
             http = f"127.0.0.1:{ports.controller_http(node_id)}"
-            controller = controller_status(http) if running and connected else None
+            controller = controller_status(http, ca_file=ca_file) if running and connected else None
             nodes.append(
                 {
                     "id": node_id,
@@ -481,15 +572,19 @@ class DockerCluster:
                     "metadata_version": controller.get("version") if controller else None,
                 }
             )
-        return {
+        status = {
             "mode": "docker",
             "project": self.project,
             "network": self.network_name(),
             "bootstrap_servers": ",".join(
                 n["kafka"] for n in nodes if n["running"] and n["connected"]
             ),
+            "secure": bool(ca_file),
             "nodes": nodes,
         }
+        if ca_file and state.get("security"):
+            status["security"] = state["security"]
+        return status
 
     def run_client(self, command: list[str], *, timeout_s: float = 120.0) -> str:
         """Run ``command`` in a throwaway container of the node image on the cluster network
@@ -529,8 +624,10 @@ class DockerCluster:
         ]
 
     def _compose(self, args: list[str], env: dict[str, str]) -> None:
+        files = [COMPOSE_FILE, *([SECURE_COMPOSE_FILE] if self.secure else [])]
         command = [
-            *compose_command(), "-p", self.project, "-f", str(self.root / COMPOSE_FILE), *args,
+            *compose_command(), "-p", self.project,
+            *(part for name in files for part in ("-f", str(self.root / name))), *args,
         ]  # fmt: skip
         state_env = (self._load_state() or {}).get("env", {})
         done = subprocess.run(
@@ -575,11 +672,19 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def controller_status(http_address: str) -> dict[str, Any] | None:
+def controller_status(
+    http_address: str, *, ca_file: str | Path | None = None
+) -> dict[str, Any] | None:
     """``GET /controller/status`` of a controller (None if it does not answer); used by both
-    cluster modes of fluxctl and by the chaos backends."""
+    cluster modes of fluxctl and by the chaos backends. With ``ca_file`` (a secured cluster,
+    ``internal_tls``) over HTTPS, the controller verified against that CA; the status page
+    needs no credential."""
+    scheme, context = "http", None
+    if ca_file is not None:
+        scheme, context = "https", ssl.create_default_context(cafile=str(ca_file))
+    url = f"{scheme}://{http_address}/controller/status"
     try:
-        with urllib.request.urlopen(f"http://{http_address}/controller/status", timeout=2) as reply:
+        with urllib.request.urlopen(url, timeout=2, context=context) as reply:
             answer = json.loads(reply.read())
     except (OSError, ValueError):
         return None

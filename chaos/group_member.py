@@ -2,7 +2,10 @@
 
     python -m flux.chaos.group_member CLIENT BOOTSTRAP GROUP TOPIC
 
-CLIENT is ``confluent`` or ``flux``. The member subscribes to TOPIC, polls, and after each
+CLIENT is ``confluent`` or ``flux``. A secured cluster's client settings (Kafka's dotted names,
+e.g. ``security.protocol``, ``sasl.password``) come as a JSON object in the environment
+variable ``FLUX_CHAOS_CLIENT_CONFIG`` (not on the command line, which ``ps`` shows to every
+user). The member subscribes to TOPIC, polls, and after each
 poll that returned records commits the next offsets of those partitions synchronously. It
 writes its ops to stdout as JSON Lines ``{"type", "f", "value", "time"}`` (``time`` on
 ``time.monotonic``, the machine-wide clock the parent's history uses), flushed per line; the
@@ -14,12 +17,16 @@ SIGTERM (then it leaves the group).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
 from typing import Any
 
-__all__ = ["SESSION_TIMEOUT_MS", "main"]
+__all__ = ["CLIENT_CONFIG_ENV", "SESSION_TIMEOUT_MS", "main"]
+
+#: The environment variable holding the client settings of a secured cluster (JSON object).
+CLIENT_CONFIG_ENV = "FLUX_CHAOS_CLIENT_CONFIG"
 
 #: The broker's minimum session timeout: a SIGKILLed member's partitions move after this.
 SESSION_TIMEOUT_MS = 6000
@@ -58,11 +65,14 @@ def _next_offsets(records: list[list[Any]]) -> list[list[int]]:
     return [[partition, offset + 1] for partition, offset in sorted(last.items())]
 
 
-def run_confluent(bootstrap: str, group: str, topic: str) -> None:
+def run_confluent(
+    bootstrap: str, group: str, topic: str, client_config: dict[str, str] | None = None
+) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
         {
+            **(client_config or {}),
             "bootstrap.servers": bootstrap,
             "log_level": 2,  # librdkafka: critical only; failures are expected here
             "group.id": group,
@@ -116,10 +126,13 @@ def run_confluent(bootstrap: str, group: str, topic: str) -> None:
         consumer.close()
 
 
-def run_flux(bootstrap: str, group: str, topic: str) -> None:
+def run_flux(
+    bootstrap: str, group: str, topic: str, client_config: dict[str, str] | None = None
+) -> None:
     from flux.sdk import Admin, GroupConsumer
 
-    admin = Admin(bootstrap, timeout_s=5)
+    security = client_config or None
+    admin = Admin(bootstrap, timeout_s=5, security=security)
 
     def on_assign(assigned: list[tuple[str, int]]) -> None:
         _emit("ok", "assign", {"partitions": sorted(p for _, p in assigned)})
@@ -144,6 +157,7 @@ def run_flux(bootstrap: str, group: str, topic: str) -> None:
         heartbeat_interval_ms=500,
         on_assign=on_assign,
         timeout_s=10,
+        security=security,
     )
     try:
         while True:
@@ -181,7 +195,8 @@ def main() -> None:
         raise _Stopped
 
     signal.signal(signal.SIGTERM, stop)
-    (run_confluent if client == "confluent" else run_flux)(bootstrap, group, topic)
+    client_config = json.loads(os.environ.get(CLIENT_CONFIG_ENV) or "{}")
+    (run_confluent if client == "confluent" else run_flux)(bootstrap, group, topic, client_config)
 
 
 if __name__ == "__main__":

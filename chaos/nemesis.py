@@ -29,7 +29,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -75,12 +75,17 @@ TAIL_DAMAGE_BYTES_MAX = 64
 
 
 def wait_full_isr(
-    bootstrap: str, topics: Sequence[str], timeout_s: float = limits.STABILIZE_TIMEOUT_S
+    bootstrap: str,
+    topics: Sequence[str],
+    timeout_s: float = limits.STABILIZE_TIMEOUT_S,
+    *,
+    client_config: Mapping[str, str] | None = None,
 ) -> bool:
     """Wait until every partition of ``topics`` has a leader and every replica in its ISR;
-    False if that did not happen within ``timeout_s``."""
+    False if that did not happen within ``timeout_s``. ``client_config``: the cluster's client
+    security settings (Kafka's names), if it is secured."""
     deadline = time.monotonic() + timeout_s
-    with Admin(bootstrap, timeout_s=limits.OP_TIMEOUT_S) as admin:
+    with Admin(bootstrap, timeout_s=limits.OP_TIMEOUT_S, security=client_config or None) as admin:
         while time.monotonic() < deadline:
             try:
                 partitions = [p for topic in topics for p in admin.describe_topic(topic).partitions]
@@ -114,6 +119,12 @@ class ClusterControl(Protocol):
 
     def bootstrap_servers(self) -> str:
         """``host:port,...`` of every node, for clients (a down node is skipped by them)."""
+        ...
+
+    def client_config(self) -> dict[str, str]:
+        """The settings every client needs besides the bootstrap servers, as Kafka's dotted
+        names (``security.protocol``, ``sasl.username``, ``sasl.password``,
+        ``ssl.ca.location``, ...); empty for a cluster without security."""
         ...
 
     def is_running(self, node: int) -> bool:
@@ -305,7 +316,9 @@ class Nemesis:
         self._starting.clear()
         started = time.monotonic()
         topics = [self.topic] + ([OFFSETS_TOPIC] if self.group is not None else [])
-        full = wait_full_isr(self.control.bootstrap_servers(), topics)
+        full = wait_full_isr(
+            self.control.bootstrap_servers(), topics, client_config=self.control.client_config()
+        )
         return {
             "healed": healed,
             "resumed": resumed,
@@ -410,8 +423,12 @@ class Nemesis:
         followers = [n for n in replicas[partition] if n != leader and n in healthy]
         return self._rng.choice(followers) if followers else None
 
-    def _admin(self) -> Admin:
-        return Admin(self.control.bootstrap_servers(), timeout_s=limits.OP_TIMEOUT_S)
+    def _admin(self, bootstrap: str | None = None) -> Admin:
+        return Admin(
+            bootstrap or self.control.bootstrap_servers(),
+            timeout_s=limits.OP_TIMEOUT_S,
+            security=self.control.client_config() or None,
+        )
 
     def _topic_layout(self) -> tuple[dict[int, int], dict[int, list[int]]]:
         with self._admin() as admin:
@@ -425,6 +442,8 @@ class Nemesis:
         address in turn until one answers without an error."""
         if self.group is None:
             return None
+        if self.control.client_config():
+            return self._secured_coordinator(healthy)
         for address in self.control.bootstrap_servers().split(","):
             try:
                 with KafkaConnection.from_bootstrap(address, timeout_s=limits.OP_TIMEOUT_S) as conn:
@@ -436,4 +455,17 @@ class Nemesis:
             if answer["error_code"] == ErrorCode.NONE:
                 node = int(answer["node_id"])
                 return node if node in healthy else None
+        return None
+
+    def _secured_coordinator(self, healthy: list[int]) -> int | None:
+        """``_coordinator`` on a secured cluster, where a connection must log in first: the
+        SDK's FindCoordinator through an ``Admin`` bootstrapped from each address in turn."""
+        assert self.group is not None
+        for address in self.control.bootstrap_servers().split(","):
+            try:
+                with self._admin(address) as admin:
+                    node = int(admin.client.coordinator_for(self.group))
+            except FluxError:
+                continue
+            return node if node in healthy else None
         return None

@@ -12,6 +12,9 @@ object implementing ``flux.chaos.nemesis.ClusterControl`` (the process backend's
 5. checks the history and writes ``history.jsonl``, ``schedule.txt``, ``report.json``,
    ``report.txt`` and ``plot.png`` into ``out_dir``.
 
+On a secured cluster (``control.client_config()`` is not empty) every client of the run, from
+the topic's creation to the final read, uses those settings.
+
 A Docker backend is found by ``docker_backend_factory()``: the module
 ``flux.chaos.docker_backend`` defining ``docker_cluster(work_dir: Path, *, nodes: int)``, a
 context manager that brings a cluster up, yields its ``ClusterControl`` (with working
@@ -24,7 +27,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,14 +112,18 @@ def run_scenario(
     log(f"chaos: scenario {scenario.name}, seed {seed}, {duration_s:g} s of faults, schedule:")
     log(schedule_text or "  (no steps)")
     bootstrap = control.bootstrap_servers()
-    _create_topic(bootstrap, replication_factor=min(3, len(nodes)))
+    client_config = control.client_config()
+    _create_topic(bootstrap, replication_factor=min(3, len(nodes)), client_config=client_config)
     history = History()
+    partitions = list(range(PARTITIONS))
     workloads: list[Any] = [
-        LogWorkload(history, bootstrap, TOPIC, list(range(PARTITIONS)), scenario.workload, log)
+        LogWorkload(history, bootstrap, TOPIC, partitions, scenario.workload, log, client_config)
     ]
     if scenario.workload.group_members:
         workloads.append(
-            GroupWorkload(history, bootstrap, TOPIC, GROUP, scenario.workload, seed, log)
+            GroupWorkload(
+                history, bootstrap, TOPIC, GROUP, scenario.workload, seed, log, client_config
+            )
         )
     group = GROUP if scenario.workload.group_members else None
     nemesis = Nemesis(control, history, seed=seed, topic=TOPIC, group=group, log=log)
@@ -129,9 +136,9 @@ def run_scenario(
     finally:
         for workload in workloads:
             workload.stop()
-    if not wait_full_isr(bootstrap, [TOPIC]):
+    if not wait_full_isr(bootstrap, [TOPIC], client_config=client_config):
         log("chaos: the topic did not regain full ISRs in time; reading anyway")
-    final_read(history, bootstrap, TOPIC)
+    final_read(history, bootstrap, TOPIC, client_config=client_config)
     ops = history.ops()
     history_module.save(ops, out_dir / "history.jsonl")
     result = check(ops)
@@ -144,8 +151,10 @@ def run_scenario(
     return RunResult(scenario.name, seed, duration_s, schedule, result, out_dir, files, report)
 
 
-def _create_topic(bootstrap: str, *, replication_factor: int) -> None:
-    with Admin(bootstrap, timeout_s=30) as admin:
+def _create_topic(
+    bootstrap: str, *, replication_factor: int, client_config: Mapping[str, str]
+) -> None:
+    with Admin(bootstrap, timeout_s=30, security=client_config or None) as admin:
         try:
             admin.create_topic(
                 TOPIC,

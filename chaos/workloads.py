@@ -9,6 +9,9 @@
 * ``final_read``: after the faults heal, one reader reads every partition from 0 to its high
   watermark; its ``final-read`` op tells the checker the read was complete.
 
+On a secured cluster every client (threads, member processes, the final reader) gets the
+cluster's client settings (``client_config``, Kafka's dotted names; see ``clients``).
+
 Process names say what a process is (``producer-confluent-idempotent-0``); a replaced client
 gets a new name (``...-0.1``), so per-process checks restart with it.
 
@@ -19,13 +22,14 @@ Thread-safety: each worker thread owns its client; they share only the ``History
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +37,7 @@ from flux.sdk import FluxError, SimpleConsumer
 
 from . import limits
 from .clients import make_consumer, make_producer
+from .group_member import CLIENT_CONFIG_ENV
 from .history import History, Op
 
 __all__ = ["GroupWorkload", "LogWorkload", "WorkloadSpec", "final_read"]
@@ -69,6 +74,7 @@ class LogWorkload:
     partitions: list[int]
     spec: WorkloadSpec
     log: Callable[[str], None] = print
+    client_config: Mapping[str, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -100,7 +106,9 @@ class LogWorkload:
         life = 0
         while not self._stop.is_set():
             process = base_name if life == 0 else f"{base_name}.{life}"
-            producer = make_producer(client, self.bootstrap, idempotent=idempotent)
+            producer = make_producer(
+                client, self.bootstrap, idempotent=idempotent, client_config=self.client_config
+            )
             try:
                 self._send_until_fatal(producer, process, idempotent, interval_s)
             finally:
@@ -128,7 +136,12 @@ class LogWorkload:
 
     def _consume(self, process: str, client: str) -> None:
         consumer = make_consumer(
-            client, self.bootstrap, topic=self.topic, partitions=self.partitions, name=process
+            client,
+            self.bootstrap,
+            topic=self.topic,
+            partitions=self.partitions,
+            name=process,
+            client_config=self.client_config,
         )
         self.history.append(process, "ok", "assign", {"partitions": list(self.partitions)})
         try:
@@ -158,6 +171,7 @@ class GroupWorkload:
     spec: WorkloadSpec
     seed: int
     log: Callable[[str], None] = print
+    client_config: Mapping[str, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _members: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _readers: list[threading.Thread] = field(default_factory=list)
@@ -198,6 +212,7 @@ class GroupWorkload:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
+            env={**os.environ, CLIENT_CONFIG_ENV: json.dumps(dict(self.client_config))},
         )
         with self._lock:
             self._members[process] = member
@@ -256,7 +271,12 @@ class GroupWorkload:
 
 
 def final_read(
-    history: History, bootstrap: str, topic: str, timeout_s: float = limits.FINAL_READ_TIMEOUT_S
+    history: History,
+    bootstrap: str,
+    topic: str,
+    timeout_s: float = limits.FINAL_READ_TIMEOUT_S,
+    *,
+    client_config: Mapping[str, str] | None = None,
 ) -> bool:
     """Read every partition from 0 to its high watermark as process ``final-reader``; record
     ``final-read`` ok with the high watermarks, or info if it could not finish in time."""
@@ -266,7 +286,9 @@ def final_read(
     last_error = "timed out"
     while time.monotonic() < deadline:
         try:
-            with SimpleConsumer(bootstrap, client_id=process, timeout_s=10) as consumer:
+            with SimpleConsumer(
+                bootstrap, client_id=process, timeout_s=10, security=client_config or None
+            ) as consumer:
                 high_watermarks = consumer.high_watermarks(topic)
                 history.append(process, "ok", "assign", {"partitions": sorted(high_watermarks)})
                 for partition, high_watermark in sorted(high_watermarks.items()):

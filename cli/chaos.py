@@ -2,13 +2,16 @@
 
     fluxctl chaos list
     fluxctl chaos schedule mixed --seed 7 --duration 60
-    fluxctl chaos run kill-leader [--seed N] [--duration S] [--out DIR] [--docker]
+    fluxctl chaos run kill-leader [--seed N] [--duration S] [--out DIR] [--docker | --secure]
     fluxctl chaos check DIR/history.jsonl
 
 ``run`` starts its own 3-node cluster of node processes (with the short failure-detection
 settings below, in ``--out``), runs the scenario through ``flux.chaos.runner.run_scenario``,
 stops every node, prints the report and exits 1 if the history shows an illegal anomaly
-(2 if the result is unknown). It never touches the cluster of ``fluxctl cluster up``.
+(2 if the result is unknown). It never touches the cluster of ``fluxctl cluster up``. With
+``--secure`` that cluster is secured as by ``fluxctl cluster up --secure`` (TLS, SASL, ACLs, a
+super user ``admin``; see ``flux.cluster.launcher``) and every client of the run logs in as
+``admin``.
 
 This module also holds ``ProcessCluster``, the process backend of ``flux.chaos``'s
 ``ClusterControl`` (``flux.chaos`` may not import ``flux.cluster``; the CLI and the tests may),
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import secrets
 import signal
 import sys
 import time
@@ -35,7 +39,17 @@ from flux.chaos.nemesis import NemesisUnsupportedError, format_schedule
 from flux.chaos.report import format_report
 from flux.chaos.runner import docker_backend_factory, run_scenario
 from flux.chaos.scenarios import SCENARIOS, generate_schedule
-from flux.cluster.launcher import NodeProcess, local_cluster_configs
+from flux.cluster.launcher import (
+    CLIENT_PROPERTIES_FILE,
+    TLS_DIR,
+    ClusterSecurityError,
+    ClusterTls,
+    NodeProcess,
+    local_cluster_configs,
+    provision_admin,
+    write_client_properties,
+    write_cluster_tls,
+)
 
 __all__ = ["CHAOS_NODE_SETTINGS", "ProcessCluster", "chaos", "start_process_cluster"]
 
@@ -60,6 +74,8 @@ DEFAULT_SEED_RANGE = 1_000_000
 NODE_TIMEOUT_S = 30.0
 #: A node that has not exited this long after SIGTERM is SIGKILLed (and the restart says so).
 GRACEFUL_STOP_TIMEOUT_S = 10.0
+#: Host names of the node certificate of a secured chaos cluster (nodes advertise 127.0.0.1).
+SECURE_HOSTS = ("127.0.0.1", "localhost")
 
 
 class ProcessCluster:
@@ -72,8 +88,18 @@ class ProcessCluster:
 
     backend = "process"
 
-    def __init__(self, processes: Sequence[NodeProcess]) -> None:
+    def __init__(
+        self,
+        processes: Sequence[NodeProcess],
+        *,
+        client_config: Mapping[str, str] | None = None,
+        ca_file: Path | None = None,
+    ) -> None:
+        """``client_config`` and ``ca_file``: a secured cluster's client settings (Kafka's
+        names, without ``bootstrap.servers``) and the CA its node HTTP is verified with."""
         self._processes = {process.node_id: process for process in processes}
+        self._client_config = dict(client_config or {})
+        self._ca_file = ca_file
         self._paused: set[int] = set()
         # Every port is written into the node configs (local_cluster_configs), so a restart
         # listens where it did and the bootstrap list every client was given stays true.
@@ -85,6 +111,9 @@ class ProcessCluster:
     def bootstrap_servers(self) -> str:
         return ",".join(self._addresses[node] for node in self.nodes())
 
+    def client_config(self) -> dict[str, str]:
+        return dict(self._client_config)
+
     def is_running(self, node: int) -> bool:
         return self._processes[node].is_running()
 
@@ -93,7 +122,7 @@ class ProcessCluster:
             if not process.is_running() or node in self._paused:
                 continue
             address = process.ready.get("controller_http")
-            status = controller_status(address) if address else None
+            status = controller_status(address, ca_file=self._ca_file) if address else None
             if status and status.get("active"):
                 return node
         return None
@@ -157,20 +186,27 @@ def start_process_cluster(
     *,
     nodes: int = NODES,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
+    secure: bool = False,
 ) -> Iterator[ProcessCluster]:
     """Start ``nodes`` combined nodes under ``root`` with ``CHAOS_NODE_SETTINGS`` (plus
-    ``extra``), yield their ``ProcessCluster``, stop every node on exit (also on errors)."""
+    ``extra``), yield their ``ProcessCluster``, stop every node on exit (also on errors).
+
+    ``secure``: secured as by ``fluxctl cluster up --secure`` (certificates in ``root/tls``,
+    the admin's client settings in ``root/client.properties``); the ``ProcessCluster`` hands
+    every client the admin's settings."""
     settings: dict[str, dict[str, Any]] = {s: dict(k) for s, k in CHAOS_NODE_SETTINGS.items()}
     for section, keys in (extra or {}).items():
         settings.setdefault(section, {}).update(keys)
-    processes = local_cluster_configs(root, nodes, extra=settings)
+    root.mkdir(parents=True, exist_ok=True)
+    tls = write_cluster_tls(root / TLS_DIR, SECURE_HOSTS) if secure else None
+    processes = local_cluster_configs(root, nodes, extra=settings, tls=tls)
     cluster: ProcessCluster | None = None
     try:
         for process in processes:
             process.start()
         for process in processes:
             process.wait_ready(NODE_TIMEOUT_S)
-        cluster = ProcessCluster(processes)
+        cluster = _process_cluster(root, processes, tls)
         _wait_for_controller(cluster)
         yield cluster
     finally:
@@ -179,6 +215,19 @@ def start_process_cluster(
         else:
             for process in processes:
                 process.stop(timeout_s=10.0)
+
+
+def _process_cluster(
+    root: Path, processes: Sequence[NodeProcess], tls: ClusterTls | None
+) -> ProcessCluster:
+    """The ``ProcessCluster`` of started nodes; on a secured cluster, once ``admin`` exists."""
+    if tls is None:
+        return ProcessCluster(processes)
+    password = secrets.token_urlsafe(24)
+    settings = provision_admin(processes, tls, password=password, timeout_s=NODE_TIMEOUT_S)
+    write_client_properties(root / CLIENT_PROPERTIES_FILE, settings)
+    client_config = {key: value for key, value in settings.items() if key != "bootstrap.servers"}
+    return ProcessCluster(processes, client_config=client_config, ca_file=tls.ca_file)
 
 
 def _wait_for_controller(cluster: ProcessCluster) -> None:
@@ -247,8 +296,19 @@ def chaos_schedule(scenario: str, seed: int | None, duration_s: float, docker: b
     help="where the cluster, history and report go [default: .flux/chaos/SCENARIO-SEED]",
 )
 @click.option("--docker", is_flag=True, help="run on the Docker backend (network partitions)")
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="secure the cluster as `fluxctl cluster up --secure` does (TLS, SASL, ACLs); every "
+    "client logs in as its super user admin (process backend only)",
+)
 def chaos_run(
-    scenario: str, seed: int | None, duration_s: float, out_dir: str | None, docker: bool
+    scenario: str,
+    seed: int | None,
+    duration_s: float,
+    out_dir: str | None,
+    docker: bool,
+    secure: bool,
 ) -> None:
     """Run SCENARIO on a fresh local cluster and check the history."""
     seed = _pick_seed(seed)
@@ -256,6 +316,8 @@ def chaos_run(
     root = Path(out_dir or f".flux/chaos/{scenario}-{seed}").resolve()
     if root.exists() and any(root.iterdir()):
         raise click.ClickException(f"{root} is not empty: pick another --out or remove it")
+    if docker and secure:
+        raise click.UsageError("--secure runs on the process backend only (without --docker)")
     if docker:
         factory = docker_backend_factory()
         if factory is None:
@@ -266,16 +328,16 @@ def chaos_run(
     elif chosen.needs_partitions:
         raise click.ClickException(f"{scenario} needs network partitions: add --docker")
     else:
-        backend = start_process_cluster(root / "cluster")
+        backend = start_process_cluster(root / "cluster", secure=secure)
     try:
         with backend as control:
             outcome = run_scenario(
                 chosen, control, seed=seed, duration_s=duration_s, out_dir=root, log=click.echo
             )
-    except DockerError as error:
+    except (DockerError, ClusterSecurityError) as error:
         raise click.ClickException(str(error)) from None
     click.echo(f"files: {', '.join(str(path) for path in outcome.files.values())}")
-    docker_flag = " --docker" if docker else ""
+    docker_flag = " --docker" if docker else " --secure" if secure else ""
     click.echo(
         f"reproduce: fluxctl chaos run {scenario} --seed {seed} --duration {duration_s:g}"
         f"{docker_flag}"

@@ -3,6 +3,21 @@
 A ``NodeProcess`` is a node running ``python -m flux.cli.main node start --config FILE`` in its
 own session (so signals to the launcher do not reach it), with output in ``<dir>/node.log``.
 Readiness is the node's ``ready.json`` (see ``flux.cluster.node``), never a sleep.
+
+Secured local clusters (``fluxctl cluster up --secure``, ``fluxctl chaos run --secure``):
+
+1. ``write_cluster_tls`` makes a throwaway CA and one node certificate in ``<root>/tls/``;
+2. ``local_cluster_configs(..., tls=...)`` gives every node one ``SASL_SSL`` Kafka listener and
+   the ``[security]`` settings of ``secure_settings`` (authorizer on, ``User:admin`` the only
+   super user, HTTP API and node-to-node traffic authenticated, the latter over TLS);
+3. once the nodes are ready, ``provision_admin`` creates the SCRAM credentials of ``admin``
+   through the active controller (the cluster's node credential, over HTTPS) and waits until
+   a ``SASL_SSL`` login as ``admin`` works on every broker;
+4. ``write_client_properties`` saves the client settings (Kafka's names) for clients and
+   ``fluxctl --client-config``.
+
+This module is the operator's tool, not part of a node: the login check uses ``flux.sdk`` as
+any client would (imported where it is used, so starting plain nodes never loads it).
 """
 
 from __future__ import annotations
@@ -13,23 +28,43 @@ import random
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import tomllib
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config import SASL_MECHANISMS
+
 __all__ = [
+    "ADMIN_MECHANISMS",
+    "ADMIN_USER",
+    "CLIENT_PROPERTIES_FILE",
     "READY_FILE",
     "STATE_FILE",
+    "TLS_DIR",
+    "ClusterSecurityError",
+    "ClusterTls",
     "NodeProcess",
     "NodeStartError",
+    "client_properties",
+    "create_scram_user",
     "free_port",
     "port_window",
+    "provision_admin",
+    "read_cluster_secret",
     "read_node_state",
+    "secure_settings",
+    "wait_client_login",
+    "write_client_properties",
+    "write_cluster_tls",
     "write_json_atomically",
     "local_cluster_configs",
     "write_node_config",
@@ -152,6 +187,7 @@ def local_cluster_configs(
     extra: Mapping[str, Mapping[str, Any]] | None = None,
     controller_ids: Sequence[int] | None = None,
     broker_ids: Sequence[int] | None = None,
+    tls: ClusterTls | None = None,
 ) -> list[NodeProcess]:
     """Write the configs of a local cluster of ``nodes`` combined (controller + broker) nodes
     under ``root/node-<id>/`` and return their (not yet started) processes.
@@ -164,6 +200,10 @@ def local_cluster_configs(
     random shared secret protects the Raft transport. By default every node has both roles;
     ``controller_ids`` / ``broker_ids`` give the roles separately (e.g. one controller-only
     node and three broker-only nodes).
+
+    With ``tls`` (see ``write_cluster_tls``) the cluster is secured: each node's only Kafka
+    listener is ``SASL_SSL`` on its Kafka port, with ``secure_settings(tls)``; ``extra`` still
+    wins over both.
     """
     secret = secrets.token_hex(16)
     all_ids = range(1, nodes + 1)
@@ -209,6 +249,9 @@ def local_cluster_configs(
                 "secret": secret,
             },
         }
+        if tls is not None:
+            sections["broker"]["listeners"] = [f"SASL_SSL://{host}:{kafka_port}"]
+            sections["security"] = secure_settings(tls)
         for section, keys in (extra or {}).items():
             sections.setdefault(section, {}).update(keys)
         write_node_config(node_dir / "node.toml", sections)
@@ -224,14 +267,15 @@ def local_cluster_configs(
 
 
 def write_node_config(path: Path, sections: Mapping[str, Mapping[str, Any]]) -> None:
-    """Write a node TOML file (flat sections of strings, numbers, booleans and string lists)."""
+    """Write a node TOML file (flat sections of strings, numbers, booleans and string lists),
+    mode 0600: it holds the cluster's shared secret."""
     lines = []
     for section, keys in sections.items():
         lines.append(f"[{section}]")
         for key, value in keys.items():
             lines.append(f"{key} = {_toml_value(value)}")
         lines.append("")
-    path.write_text("\n".join(lines))
+    _write_file(path, "\n".join(lines).encode(), _PRIVATE_FILE_MODE)
 
 
 def _toml_value(value: Any) -> str:
@@ -383,3 +427,292 @@ class NodeProcess:
         except FileNotFoundError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+# -- secured clusters ---------------------------------------------------------------------------
+
+#: The super user of a secured local cluster; its SCRAM credentials are made at start-up.
+ADMIN_USER = "admin"
+#: Folder of the CA and node certificate, under the cluster's root.
+TLS_DIR = "tls"
+#: The admin's client settings (Kafka's names), under the cluster's root.
+CLIENT_PROPERTIES_FILE = "client.properties"
+#: The admin's credentials are made for both SCRAM mechanisms; clients are given the first.
+ADMIN_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+_PRIVATE_FILE_MODE = 0o600
+_PRIVATE_DIR_MODE = 0o700
+#: ``shared=True`` (a container user must read them through a bind mount).
+_SHARED_FILE_MODE = 0o644
+_SHARED_DIR_MODE = 0o755
+#: One HTTP request to a controller gives up after this long (the caller retries).
+_CONTROLLER_REQUEST_TIMEOUT_S = 5.0
+#: Pause between rounds over the controllers, and between login attempts.
+_RETRY_PAUSE_S = 0.2
+
+
+class ClusterSecurityError(RuntimeError):
+    """Securing a started cluster failed (no controller took the credentials in time, or the
+    admin's login kept failing); the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ClusterTls:
+    """Where a secured cluster's PEM files are: the CA certificate clients verify nodes with,
+    and the certificate and key every node presents (one for all nodes: they run on the same
+    host names). Paths as the nodes see them (in a container, the mount's)."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    @classmethod
+    def in_directory(cls, directory: Path) -> ClusterTls:
+        return cls(directory / "ca.pem", directory / "node.pem", directory / "node.key")
+
+
+def write_cluster_tls(directory: Path, hosts: Sequence[str], *, shared: bool = False) -> ClusterTls:
+    """Create a CA and one node certificate valid for ``hosts`` (IP addresses and DNS names)
+    in ``directory``: ``ca.pem``, ``ca.key`` (kept to issue client certificates later),
+    ``node.pem``, ``node.key``. Keys are mode 0600 in a 0700 folder; with ``shared`` the node
+    key is 0644 in a 0755 folder, for a node that runs as another user (a container's, through
+    a bind mount) — only for clusters on a machine whose other users may read it. The CA key
+    stays 0600 either way: only the operator uses it."""
+    from flux.auth.certificates import CertificateAuthority
+
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, _SHARED_DIR_MODE if shared else _PRIVATE_DIR_MODE)
+    key_mode = _SHARED_FILE_MODE if shared else _PRIVATE_FILE_MODE
+    authority = CertificateAuthority.create(f"Flux cluster CA ({directory.parent.name})")
+    node = authority.issue_server("flux-node", list(dict.fromkeys(hosts)))
+    tls = ClusterTls.in_directory(directory)
+    _write_file(tls.ca_file, authority.certificate_pem, _SHARED_FILE_MODE)
+    _write_file(directory / "ca.key", authority.key_pem, _PRIVATE_FILE_MODE)
+    _write_file(tls.cert_file, node.certificate_pem, _SHARED_FILE_MODE)
+    _write_file(tls.key_file, node.key_pem, key_mode)
+    return tls
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to a fresh file created with ``mode`` (never briefly readable by others,
+    whatever the umask), replacing ``path`` atomically."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.unlink(missing_ok=True)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.fchmod(descriptor, mode)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    os.replace(temporary, path)
+
+
+def secure_settings(tls: ClusterTls) -> dict[str, Any]:
+    """The ``[security]`` section of every node of a secured cluster: SASL (every mechanism)
+    over TLS without client certificates, ACLs with ``User:admin`` as the only super user and
+    nothing open without an ACL, HTTP API logins required, node-to-node HTTP over TLS with the
+    cluster's node credential."""
+    return {
+        "ssl_certfile": str(tls.cert_file),
+        "ssl_keyfile": str(tls.key_file),
+        "ssl_cafile": str(tls.ca_file),
+        "ssl_client_auth": "none",
+        "sasl_enabled_mechanisms": list(SASL_MECHANISMS),
+        "authorizer_enable": True,
+        "super_users": [f"User:{ADMIN_USER}"],
+        "allow_everyone_if_no_acl_found": False,
+        "http_auth": "required",
+        "internal_tls": True,
+        "internal_auth": True,
+    }
+
+
+def read_cluster_secret(config_path: Path) -> str:
+    """``controller.secret`` of a node config: the key of the cluster's node credential."""
+    with open(config_path, "rb") as file:
+        return str(tomllib.load(file).get("controller", {}).get("secret", ""))
+
+
+def client_properties(
+    bootstrap_servers: str, *, password: str, ca_file: Path, user: str = ADMIN_USER
+) -> dict[str, str]:
+    """The Kafka client settings of ``user`` on a secured cluster (librdkafka's and the Java
+    client's names; ``flux.sdk`` and ``fluxctl --client-config`` read them too)."""
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": ADMIN_MECHANISMS[0],
+        "sasl.username": user,
+        "sasl.password": password,
+        "ssl.ca.location": str(Path(ca_file).resolve()),
+    }
+
+
+def write_client_properties(path: Path, settings: Mapping[str, str]) -> None:
+    """Write ``settings`` as a Java properties file, mode 0600 (it holds the password)."""
+    lines = ["# Flux client settings written by fluxctl (holds a password: keep it private)"]
+    for key, value in settings.items():
+        lines.append(f"{key}={_properties_escape(value)}")
+    _write_file(path, ("\n".join(lines) + "\n").encode(), _PRIVATE_FILE_MODE)
+
+
+def _properties_escape(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace("\n", "\\n")
+    # A leading blank would be eaten by the reader (Java properties semantics).
+    return "\\" + escaped if escaped[:1] in (" ", "\t") else escaped
+
+
+def create_scram_user(
+    controller_addresses: Sequence[str],
+    *,
+    user: str,
+    password: str,
+    secret: str,
+    ca_file: Path | None,
+    timeout_s: float = 30.0,
+) -> int:
+    """Set ``user``'s SCRAM-SHA-512 and SCRAM-SHA-256 credentials through the active
+    controller's ``POST /controller/scram-credentials`` (over HTTPS verified with ``ca_file``,
+    or HTTP without one), carrying the node credential derived from ``secret``. Asks each
+    controller in turn (the others answer 421) until one commits, retrying until
+    ``timeout_s``; returns the metadata version that holds the credentials."""
+    from flux.auth.internal import authorization_value
+    from flux.auth.scram import ScramCredential
+
+    upsertions = [
+        {"name": user, **ScramCredential.from_password(mechanism, password).to_dict()}
+        for mechanism in ADMIN_MECHANISMS
+    ]
+    body = json.dumps({"upsertions": upsertions, "deletions": []}).encode()
+    context = ssl.create_default_context(cafile=str(ca_file)) if ca_file is not None else None
+    scheme = "https" if ca_file is not None else "http"
+    headers = {"Content-Type": "application/json", "Authorization": authorization_value(secret)}
+    deadline = time.monotonic() + timeout_s
+    last_problem = "no controller answered"
+    while True:
+        for address in controller_addresses:
+            request = urllib.request.Request(
+                f"{scheme}://{address}/controller/scram-credentials",
+                data=body,
+                method="POST",
+                headers=headers,
+            )
+            status, answer = _call_controller(request, context)
+            if status == 200 and isinstance(answer, dict):
+                _raise_for_results(answer, user)
+                return int(answer.get("version", 0))
+            last_problem = f"{address}: {status or ''} {_describe(answer)}".strip()
+        if time.monotonic() > deadline:
+            raise ClusterSecurityError(
+                f"could not create the SCRAM credentials of {user!r} in {timeout_s:.0f} s "
+                f"(last answer: {last_problem})"
+            )
+        time.sleep(_RETRY_PAUSE_S)
+
+
+def _call_controller(
+    request: urllib.request.Request, context: ssl.SSLContext | None
+) -> tuple[int, Any]:
+    """(HTTP status, JSON answer); (0, reason) when the controller did not answer."""
+    try:
+        with urllib.request.urlopen(
+            request, timeout=_CONTROLLER_REQUEST_TIMEOUT_S, context=context
+        ) as reply:
+            return reply.status, json.loads(reply.read() or b"null")
+    except urllib.error.HTTPError as error:
+        try:
+            return error.code, json.loads(error.read() or b"null")
+        except ValueError:
+            return error.code, error.reason
+    except (OSError, ValueError) as error:
+        return 0, str(getattr(error, "reason", error))
+
+
+def _raise_for_results(answer: dict[str, Any], user: str) -> None:
+    problems = [
+        f"{result.get('user')}: {result.get('error_message') or result.get('error_code')}"
+        for result in answer.get("results", [])
+        if result.get("error_code")
+    ]
+    if answer.get("error_code"):
+        problems.append(str(answer.get("error_message") or answer["error_code"]))
+    if problems:
+        raise ClusterSecurityError(
+            f"the controller refused the credentials of {user!r}: {'; '.join(problems)}"
+        )
+
+
+def _describe(answer: Any) -> str:
+    if isinstance(answer, dict):
+        return str(answer.get("error_message") or answer.get("message") or answer)
+    return str(answer)
+
+
+def wait_client_login(
+    addresses: Sequence[str], settings: Mapping[str, str], *, timeout_s: float = 30.0
+) -> None:
+    """Wait until a client with ``settings`` (Kafka's names) logs in on every broker of
+    ``addresses`` (``host:port``): a broker accepts a new user only once it has the metadata
+    that holds the credentials. ``ClusterSecurityError`` with the last refusal after
+    ``timeout_s``."""
+    import asyncio
+
+    from flux.sdk.connection import BrokerConnection
+    from flux.sdk.errors import FluxError
+    from flux.sdk.metadata import parse_bootstrap
+    from flux.sdk.security import ClientSecurity
+
+    security = ClientSecurity.from_config(settings)
+
+    async def log_in(address: tuple[str, int]) -> None:
+        connection = await BrokerConnection.open(
+            address,
+            node_id=None,
+            client_id="fluxctl-login-check",
+            timeout_s=_CONTROLLER_REQUEST_TIMEOUT_S,
+            security=security,
+        )
+        connection.close()
+
+    deadline = time.monotonic() + timeout_s
+    pending = [address for entry in addresses for address in parse_bootstrap(entry)]
+    last_problem = ""
+    while pending:
+        try:
+            asyncio.run(log_in(pending[0]))
+            pending.pop(0)
+            continue
+        except FluxError as error:
+            last_problem = f"{pending[0][0]}:{pending[0][1]}: {error}"
+        if time.monotonic() > deadline:
+            raise ClusterSecurityError(
+                f"a {security.security_protocol} login as {security.sasl_username!r} still "
+                f"fails after {timeout_s:.0f} s ({last_problem})"
+            )
+        time.sleep(_RETRY_PAUSE_S)
+
+
+def provision_admin(
+    processes: Sequence[NodeProcess],
+    tls: ClusterTls,
+    *,
+    password: str,
+    timeout_s: float = 30.0,
+) -> dict[str, str]:
+    """Make ``admin`` on a started secured local cluster (``create_scram_user`` through its
+    controllers, then ``wait_client_login`` on its brokers); its client settings."""
+    controllers = [p.ready["controller_http"] for p in processes if p.ready.get("controller_http")]
+    brokers = [p.ready["bootstrap_servers"] for p in processes if p.ready.get("bootstrap_servers")]
+    deadline = time.monotonic() + timeout_s
+    create_scram_user(
+        controllers,
+        user=ADMIN_USER,
+        password=password,
+        secret=read_cluster_secret(processes[0].config_path),
+        ca_file=tls.ca_file,
+        timeout_s=timeout_s,
+    )
+    settings = client_properties(",".join(brokers), password=password, ca_file=tls.ca_file)
+    wait_client_login(brokers, settings, timeout_s=max(deadline - time.monotonic(), 5.0))
+    return settings

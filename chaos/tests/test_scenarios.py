@@ -86,3 +86,26 @@ def _require_docker() -> None:
         if os.environ.get("CI"):
             raise
         pytest.skip(str(error))
+
+
+#: The scenario of the secured run: a controller failover with a consumer group running, so
+#: every kind of client (both libraries' producers, consumers and group members) logs in.
+SECURE_SCENARIO = "kill-controller"
+
+
+def test_scenario_on_a_secured_cluster(tmp_path: Path) -> None:
+    """The same checks on a cluster secured as by ``fluxctl cluster up --secure``: its only
+    listener is SASL_SSL with ACLs on, so every client must log in as the admin."""
+    with start_process_cluster(tmp_path / "cluster", secure=True) as control:
+        assert control.client_config()["security.protocol"] == "SASL_SSL"
+        outcome = run_scenario(
+            SCENARIOS[SECURE_SCENARIO],
+            control,
+            seed=_seed(),
+            duration_s=_duration_s(),
+            out_dir=tmp_path / "run",
+        )
+    _assert_valid(outcome)
+    assert outcome.result.stats["nemesis-ops"] > 0
+    assert outcome.result.stats["sends-acknowledged"] > 0, outcome.report
+    assert outcome.result.stats.get("commit-ok", 0) > 0, "the group members logged in too"
