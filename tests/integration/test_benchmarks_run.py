@@ -100,7 +100,8 @@ def test_compaction_benchmark_prints_json() -> None:
     assert run["nodes"] == 1
     assert run["idle"]["records_per_s"] > 0 and run["busy"]["records_per_s"] > 0
     assert run["idle"]["cleaner"]["read_bytes"] == 0  # cleaner.enable = false
-    assert run["busy"]["cleaner"]["read_bytes_grew"] and run["busy"]["cleaner"]["errors"] == 0
+    # The cleaner cleaned (within the window on a quiet machine; a loaded one may need longer).
+    assert run["busy"]["cleaner"]["cleaned_eventually"] and run["busy"]["cleaner"]["errors"] == 0
 
 
 def test_security_benchmark_prints_json() -> None:
