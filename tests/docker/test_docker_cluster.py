@@ -204,6 +204,19 @@ def _high_watermark(consumer: confluent_kafka.Consumer, partition: Any) -> int:
                 raise
 
 
+def _end_offset(bootstrap: str, topic: str, partition: int) -> int:
+    """The partition's high watermark, as its leader answers now."""
+    from confluent_kafka import TopicPartition
+
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"watermark-{uuid.uuid4().hex}"}
+    )
+    try:
+        return _high_watermark(consumer, TopicPartition(topic, partition))
+    finally:
+        consumer.close()
+
+
 def _read_partition(bootstrap: str, topic: str, partition: int) -> list[bytes]:
     """Every value of ``topic``/``partition`` up to its high watermark."""
     from confluent_kafka import TopicPartition
@@ -396,6 +409,13 @@ def test_partitioned_leader_loses_leadership_and_rejoins_truncated(cluster: Clus
         lambda: _partitions(cluster.bootstrap, topic)[partition][0] == isolated,
         60,
         "the healed node to lead its preferred partition again",
+    )
+    # A leader just elected may answer with the high watermark it knew as a follower until its
+    # followers fetch in its epoch (as in Kafka): read once it covers every acked write.
+    _wait(
+        lambda: _end_offset(cluster.bootstrap, topic, partition) >= 100,
+        60,
+        "the new leader's high watermark to cover the acked writes",
     )
     # Served by the healed node itself: its divergent tail is gone, every acked write is there.
     values = _read_partition(cluster.bootstrap, topic, partition)
