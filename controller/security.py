@@ -13,13 +13,13 @@ matched against the image it answered from.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flux.auth.errors import UnacceptableCredentialError
+from flux.auth.scram import MECHANISMS, ScramCredential
 from flux.controller.handlers import ControllerResult
 from flux.controller.image import MetadataImage, acl_key
 from flux.controller.records import (
@@ -34,53 +34,28 @@ from flux.protocol.errors import ErrorCode
 __all__ = [
     "MAX_ACL_CHANGES",
     "MAX_CREDENTIAL_CHANGES",
-    "SCRAM_MECHANISMS",
     "alter_scram_credentials",
     "change_acls",
 ]
 
-#: Mechanism name -> (smallest, largest) iteration count Kafka accepts.
-SCRAM_MECHANISMS = {"SCRAM-SHA-256": (4096, 16384), "SCRAM-SHA-512": (4096, 16384)}
 MAX_CREDENTIAL_CHANGES = 1000
 MAX_ACL_CHANGES = 10_000
 #: A user name: printable, no control characters (Kafka accepts any non-empty string).
 _USER_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
-_KEY_BYTES = {"SCRAM-SHA-256": 32, "SCRAM-SHA-512": 64}
-
-
-def _b64(text: Any, size: int | None = None) -> bool:
-    if not isinstance(text, str):
-        return False
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return bool(raw) and (size is None or len(raw) == size)
 
 
 def _upsertion_error(item: Mapping[str, Any]) -> tuple[ErrorCode, str] | None:
-    mechanism = item.get("mechanism")
-    if mechanism not in SCRAM_MECHANISMS:
-        return ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"unknown SCRAM mechanism {mechanism!r}"
-    low, high = SCRAM_MECHANISMS[mechanism]
-    iterations = item.get("iterations")
-    if isinstance(iterations, bool) or not isinstance(iterations, int):
-        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "iterations must be an integer"
-    if iterations < low:
+    """What is wrong with one upsertion: the mechanism, or the credential's bounds (Kafka's
+    iteration counts, salt and key sizes, checked by ``flux.auth.scram.ScramCredential``)."""
+    if item.get("mechanism") not in MECHANISMS:
         return (
-            ErrorCode.UNACCEPTABLE_CREDENTIAL,
-            f"too few iterations: {iterations} (at least {low} for {mechanism})",
+            ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+            f"unknown SCRAM mechanism {item.get('mechanism')!r}",
         )
-    if iterations > high:
-        return (
-            ErrorCode.UNACCEPTABLE_CREDENTIAL,
-            f"too many iterations: {iterations} (at most {high} for {mechanism})",
-        )
-    if not _b64(item.get("salt")):
-        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "the salt is empty or not base64"
-    size = _KEY_BYTES[mechanism]
-    if not _b64(item.get("stored_key"), size) or not _b64(item.get("server_key"), size):
-        return ErrorCode.UNACCEPTABLE_CREDENTIAL, f"keys must be {size} bytes of base64"
+    try:
+        ScramCredential.from_dict(item)
+    except UnacceptableCredentialError as error:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, str(error)
     return None
 
 
@@ -118,7 +93,7 @@ def alter_scram_credentials(
                 f"more than one alteration of {item.get('mechanism')} for one user",
             )
         elif kind == "delete":
-            if item.get("mechanism") not in SCRAM_MECHANISMS:
+            if item.get("mechanism") not in MECHANISMS:
                 errors[user] = (
                     ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                     f"unknown SCRAM mechanism {item.get('mechanism')!r}",

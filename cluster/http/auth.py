@@ -45,6 +45,8 @@ from typing import Any
 from aiohttp import web
 from flux.auth.acl import AclOperation, ResourceType
 
+from ..kafka.sasl import strongest_credential
+
 __all__ = ["VERIFIED_CACHE_SIZE", "HttpAuthenticator"]
 
 log = logging.getLogger("flux.cluster.http.auth")
@@ -54,7 +56,6 @@ VERIFIED_CACHE_SIZE = 10_000
 OPEN_PATHS = frozenset({"/health", "/ping", "/metrics"})
 #: Node-only paths: ``cluster.internal_security`` guards them.
 NODE_PREFIXES = ("/internal/", "/replication/")
-_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: ``(operation, resource type, name)``.
@@ -145,9 +146,7 @@ class HttpAuthenticator:
         user, colon, password = decoded.partition(":")
         if not colon or not user or not password:
             return None
-        credential = next(
-            (c for m in _MECHANISMS if (c := self._credentials(user, m)) is not None), None
-        )
+        credential = strongest_credential(self._credentials, user)
         if credential is None:
             return None
         fingerprint = hmac.new(self._key, password.encode(), hashlib.sha256).digest()

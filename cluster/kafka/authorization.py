@@ -56,7 +56,7 @@ from flux.controller.image import MetadataImage
 from flux.protocol.api import ApiKey, RequestHeader
 from flux.protocol.errors import ErrorCode
 
-__all__ = ["Decision", "RequestAuthorizer", "acl_index", "binding_of"]
+__all__ = ["Decision", "RequestAuthorizer", "binding_of"]
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -89,11 +89,6 @@ def binding_of(record: Any) -> AclBinding:
         operation=AclOperation(record.operation),
         permission=AclPermissionType(record.permission),
     )
-
-
-def acl_index(image: MetadataImage) -> AclIndex:
-    """The ``AclIndex`` of the image's bindings."""
-    return AclIndex(binding_of(record) for record in image.acls.values())
 
 
 class _Context:
@@ -314,20 +309,24 @@ _fetch = _topic_partitions(
 )
 
 
+def _describable_topics(context: _Context) -> Patch:
+    """A patch keeping only the answer's topics the principal may DESCRIBE."""
+
+    def visible(answer: dict[str, Any]) -> dict[str, Any]:
+        answer["topics"] = [
+            t for t in answer.get("topics", []) if context.topic(AclOperation.DESCRIBE, t["name"])
+        ]
+        return answer
+
+    return visible
+
+
 def _metadata(context: _Context, header: RequestHeader, body: dict[str, Any]) -> Decision:
     image = context._owner.image()
     topics = body.get("topics")
     if topics is None:
         # Every topic: the answer lists only those the principal may describe.
-        def visible(answer: dict[str, Any]) -> dict[str, Any]:
-            answer["topics"] = [
-                t
-                for t in answer.get("topics", [])
-                if context.topic(AclOperation.DESCRIBE, t["name"])
-            ]
-            return answer
-
-        return Decision(body, patch=visible)
+        return Decision(body, patch=_describable_topics(context))
     refused = []
     kept = []
     may_create = body.get("allow_auto_topic_creation", True)
@@ -525,16 +524,7 @@ def _offset_fetch(context: _Context, header: RequestHeader, body: dict[str, Any]
         return Decision(body, refusal={"error_code": GROUP_DENIED, "topics": []})
     topics = body.get("topics")
     if topics is None:
-
-        def visible(answer: dict[str, Any]) -> dict[str, Any]:
-            answer["topics"] = [
-                t
-                for t in answer.get("topics", [])
-                if context.topic(AclOperation.DESCRIBE, t["name"])
-            ]
-            return answer
-
-        return Decision(body, patch=visible)
+        return Decision(body, patch=_describable_topics(context))
     refused = [t for t in topics if not context.topic(AclOperation.DESCRIBE, t["name"])]
     if not refused:
         return Decision(body)

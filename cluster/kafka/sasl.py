@@ -45,6 +45,7 @@ __all__ = [
     "CredentialLookup",
     "ImageCredentials",
     "listener_security",
+    "strongest_credential",
     "ListenerSecurity",
     "SaslFailure",
     "SaslSession",
@@ -59,8 +60,8 @@ CredentialLookup = Callable[[str, str], ScramCredential | None]
 FAILED_AUTHENTICATION_DELAY_S = 0.1
 #: What a connection may send before it is authenticated.
 _BEFORE_AUTH = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-#: PLAIN checks a password against the strongest credential the user has.
-_PLAIN_CREDENTIAL_ORDER = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+#: A password login is checked against the strongest credential the user has.
+_PASSWORD_CREDENTIAL_ORDER = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 
 
 def server_ssl_context(
@@ -255,13 +256,22 @@ class SaslSession:
         )
 
     def _verify_plain(self, username: str, password: str) -> bool:
-        for mechanism in _PLAIN_CREDENTIAL_ORDER:
-            credential = self._security.credentials(username, mechanism)
-            if credential is not None:
-                return credential.verify_password(password)
+        credential = strongest_credential(self._security.credentials, username)
+        if credential is not None:
+            return credential.verify_password(password)
         # The same work for an unknown user, so the time taken does not tell who exists.
         _unknown_user_credential().verify_password(password)
         return False
+
+
+def strongest_credential(credentials: CredentialLookup, user: str) -> ScramCredential | None:
+    """The credential a password login (SASL/PLAIN, HTTP Basic) is checked against: the
+    user's SCRAM-SHA-512 one, else its SCRAM-SHA-256 one, else None."""
+    for mechanism in _PASSWORD_CREDENTIAL_ORDER:
+        credential = credentials(user, mechanism)
+        if credential is not None:
+            return credential
+    return None
 
 
 @functools.cache

@@ -106,7 +106,7 @@ def test_credentials_apply_per_user_all_or_nothing() -> None:
     results = {item["user"]: item for item in result.response["results"]}
     assert results["alice"]["error_code"] == ErrorCode.NONE
     assert results["bob"]["error_code"] == ErrorCode.UNACCEPTABLE_CREDENTIAL
-    assert "too few iterations" in results["bob"]["error_message"]
+    assert "Too few iterations" in results["bob"]["error_message"]
     # bob's valid SHA-256 alteration went down with his invalid SHA-512 one.
     assert {(r.name, r.mechanism) for r in result.records} == {
         ("alice", "SCRAM-SHA-256"),
