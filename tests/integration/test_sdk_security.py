@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,59 +36,21 @@ from flux.sdk import (
     TopicPartition,
 )
 
+from tests.integration.security_helpers import Secured, start_secured_node
+
 pytestmark = pytest.mark.integration
 
 PASSWORD = "alice-s3cret-Passw0rd"
-LISTENERS = ["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
-
-
-@dataclass
-class Secured:
-    node: NodeProcess
-    directory: Path
-    listeners: dict[str, str]
-
-    @property
-    def ca(self) -> str:
-        return str(self.directory / "ca.pem")
-
-    def file(self, name: str) -> str:
-        return str(self.directory / name)
-
-
-def _write_certificates(directory: Path) -> None:
-    ca = CertificateAuthority.create("test CA")
-    node = ca.issue_server("node", ["127.0.0.1", "localhost"])
-    client = ca.issue_client("client", organization="Example")
-    stranger_ca = CertificateAuthority.create("someone else")
-    for name, data in (
-        ("ca.pem", ca.certificate_pem),
-        ("node.pem", node.certificate_pem),
-        ("node.key", node.key_pem),
-        ("client.pem", client.certificate_pem),
-        ("client.key", client.key_pem),
-        ("stranger-ca.pem", stranger_ca.certificate_pem),
-    ):
-        (directory / name).write_bytes(data)
 
 
 def start_secured(
     node_factory: Callable[..., NodeProcess], directory: Path, **security: Any
 ) -> Secured:
-    """A node with every listener and the SCRAM user alice (both mechanisms)."""
-    _write_certificates(directory)
-    node = node_factory(
-        broker={"listeners": [f"{name}://127.0.0.1:0" for name in LISTENERS]},
-        security={
-            "ssl_certfile": str(directory / "node.pem"),
-            "ssl_keyfile": str(directory / "node.key"),
-            "ssl_cafile": str(directory / "ca.pem"),
-            "ssl_client_auth": "requested",
-            **security,
-        },
-        topic={"partitions": 1, "replication_factor": 1},
-    )
-    secured = Secured(node, directory, node.ready["listeners"])
+    """A node with every listener and the SCRAM user alice (both mechanisms); the
+    certificate of a CA the node does not trust in ``stranger-ca.pem``."""
+    secured = start_secured_node(node_factory, directory, **security)
+    stranger_ca = CertificateAuthority.create("someone else")
+    (directory / "stranger-ca.pem").write_bytes(stranger_ca.certificate_pem)
     with Admin(secured.listeners["PLAINTEXT"], timeout_s=30) as admin:
         admin.alter_user_scram_credentials(
             [

@@ -24,13 +24,13 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from flux.auth.certificates import CertificateAuthority
 from flux.cluster.launcher import NodeProcess
 from flux.protocol.api import ApiKey
 from flux.protocol.errors import ErrorCode
 from flux.sdk.wire import KafkaConnection
 
 from tests.integration.helpers import wait_until
+from tests.integration.security_helpers import node_security, write_certificates
 
 pytestmark = pytest.mark.integration
 
@@ -69,27 +69,15 @@ class Cluster:
 
 @pytest.fixture
 def cluster(node_factory: Callable[..., NodeProcess], tmp_path: Path) -> Cluster:
-    ca = CertificateAuthority.create("test CA")
-    node_certificate = ca.issue_server("node", ["127.0.0.1", "localhost"])
-    admin = ca.issue_client("admin")
-    for name, data in (
-        ("ca.pem", ca.certificate_pem),
-        ("node.pem", node_certificate.certificate_pem),
-        ("node.key", node_certificate.key_pem),
-        ("admin.pem", admin.certificate_pem),
-        ("admin.key", admin.key_pem),
-    ):
-        (tmp_path / name).write_bytes(data)
+    write_certificates(tmp_path, {"admin": None})
     node = node_factory(
         broker={"listeners": ["SSL://127.0.0.1:0", "SASL_PLAINTEXT://127.0.0.1:0"]},
-        security={
-            "ssl_certfile": str(tmp_path / "node.pem"),
-            "ssl_keyfile": str(tmp_path / "node.key"),
-            "ssl_cafile": str(tmp_path / "ca.pem"),
-            "ssl_client_auth": "requested",
-            "authorizer_enable": True,
-            "super_users": ["User:CN=admin"],
-        },
+        security=node_security(
+            tmp_path,
+            ssl_client_auth="requested",
+            authorizer_enable=True,
+            super_users=["User:CN=admin"],
+        ),
         topic={"partitions": 1, "replication_factor": 1},
     )
     cluster = Cluster(node, tmp_path)

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from flux.auth.certificates import CertificateAuthority
 from flux.auth.internal import authorization_value
 from flux.cluster.launcher import NodeProcess
+
+from tests.integration.security_helpers import node_security, write_certificates
 
 pytestmark = pytest.mark.integration
 
@@ -45,23 +46,9 @@ def _call(
 def test_only_members_reach_node_endpoints(
     cluster_factory: Callable[..., list[NodeProcess]], tmp_path: Path
 ) -> None:
-    ca = CertificateAuthority.create("test CA")
-    node = ca.issue_server("node", ["127.0.0.1", "localhost"])
-    for name, data in (
-        ("ca.pem", ca.certificate_pem),
-        ("node.pem", node.certificate_pem),
-        ("node.key", node.key_pem),
-    ):
-        (tmp_path / name).write_bytes(data)
+    write_certificates(tmp_path)
     nodes = cluster_factory(
-        3,
-        security={
-            "ssl_certfile": str(tmp_path / "node.pem"),
-            "ssl_keyfile": str(tmp_path / "node.key"),
-            "ssl_cafile": str(tmp_path / "ca.pem"),
-            "internal_tls": True,
-            "internal_auth": True,
-        },
+        3, security=node_security(tmp_path, internal_tls=True, internal_auth=True)
     )
     bootstrap = ",".join(n.ready["bootstrap_servers"] for n in nodes)
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -9,7 +9,6 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,61 +29,17 @@ from flux.protocol.errors import ErrorCode
 from flux.sdk.wire import KafkaConnection
 
 from tests.integration.helpers import list_offset, wait_until
+from tests.integration.security_helpers import Secured, start_secured_node
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "alice-s3cret-Passw0rd"
-LISTENERS = ["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
-
-
-@dataclass
-class Secured:
-    node: NodeProcess
-    directory: Path
-    listeners: dict[str, str]
-
-    @property
-    def ca(self) -> str:
-        return str(self.directory / "ca.pem")
-
-    def file(self, name: str) -> str:
-        return str(self.directory / name)
-
-    def address(self, listener: str) -> tuple[str, int]:
-        host, _, port = self.listeners[listener].rpartition(":")
-        return host, int(port)
-
-
-def _write_certificates(directory: Path) -> None:
-    ca = CertificateAuthority.create("test CA")
-    node = ca.issue_server("node", ["127.0.0.1", "localhost"])
-    client = ca.issue_client("client", organization="Example")
-    for name, data in (
-        ("ca.pem", ca.certificate_pem),
-        ("node.pem", node.certificate_pem),
-        ("node.key", node.key_pem),
-        ("client.pem", client.certificate_pem),
-        ("client.key", client.key_pem),
-    ):
-        (directory / name).write_bytes(data)
 
 
 def _start_secured(
     node_factory: Callable[..., NodeProcess], directory: Path, **security: Any
 ) -> Secured:
-    _write_certificates(directory)
-    node = node_factory(
-        broker={"listeners": [f"{name}://127.0.0.1:0" for name in LISTENERS]},
-        security={
-            "ssl_certfile": str(directory / "node.pem"),
-            "ssl_keyfile": str(directory / "node.key"),
-            "ssl_cafile": str(directory / "ca.pem"),
-            "ssl_client_auth": "requested",
-            **security,
-        },
-        topic={"partitions": 1, "replication_factor": 1},
-    )
-    secured = Secured(node, directory, node.ready["listeners"])
+    secured = start_secured_node(node_factory, directory, **security)
     admin = AdminClient({"bootstrap.servers": secured.listeners["PLAINTEXT"]})
     futures = admin.alter_user_scram_credentials(
         [
