@@ -55,6 +55,14 @@ BatchMeta = tuple[int, int, int, int, int]
 SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 
 
+def create_segment_file(directory: Path, base_offset: int) -> int:
+    """Create (or truncate) the ``.log`` file of a segment at ``base_offset``; its open fd.
+    Pure file-system work with no log state, so it can run off the event loop."""
+    path = directory / segment_file_name(base_offset, ".log")
+    # O_TRUNC: by the log's invariants no valid data can live at the new active offset.
+    return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+
+
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
@@ -430,13 +438,19 @@ class _DiskSegment(_Segment):
 
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, index_interval_bytes: int, *, fresh: bool = False
+        cls,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        *,
+        fresh: bool = False,
+        fd: int | None = None,
     ) -> _DiskSegment:
         """A new, empty segment file (``fresh``: in a directory created empty just now, so
-        there are no stale index files to remove)."""
-        path = directory / segment_file_name(base_offset, ".log")
-        # O_TRUNC: by the log's invariants no valid data can live at the new active offset.
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        there are no stale index files to remove). ``fd``: the file, already created empty by
+        ``create_segment_file`` (which may run on another thread); the segment owns it."""
+        if fd is None:
+            fd = create_segment_file(directory, base_offset)
         segment = cls(directory, base_offset, index_interval_bytes, fd)
         # Index files of an older segment at this offset are stale: remove them. The new
         # (empty) files are created by the first fsync, not here: creating a partition then

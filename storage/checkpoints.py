@@ -116,12 +116,20 @@ class CheckpointStore:
         self.delete_many(namespace, [key])
 
     def delete_many(self, namespace: str, keys: Iterable[str]) -> None:
-        int_prefix = self._prefix(namespace, _KIND_INT)
-        json_prefix = self._prefix(namespace, _KIND_JSON)
+        self.delete_everywhere((namespace,), keys)
+
+    def delete_everywhere(self, namespaces: Iterable[str], keys: Iterable[str]) -> None:
+        """Remove every key from every namespace in ONE transaction (one fsync)."""
+        prefixes = [
+            self._prefix(namespace, kind)
+            for namespace in namespaces
+            for kind in (_KIND_INT, _KIND_JSON)
+        ]
+        keys = list(keys)
         with self._write() as txn:
-            for key in keys:
-                txn.delete(self._key(int_prefix, key))
-                txn.delete(self._key(json_prefix, key))
+            for prefix in prefixes:
+                for key in keys:
+                    txn.delete(self._key(prefix, key))
 
     def close(self) -> None:
         if self._env is not None:

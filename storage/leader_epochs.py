@@ -7,7 +7,12 @@ a follower finds the point where its log diverged from its leader's.
 Invariants (asserted): epochs strictly increase; start offsets never decrease.
 
 Thread-safety: none; one owner (the broker's event loop). Persistence is the caller's: after
-every change ``entries`` is handed to ``on_change`` (the broker writes it to LMDB).
+every change ``entries`` is handed to ``on_change`` (the broker writes it to LMDB). When
+``on_append`` is given, a change that only appended an epoch (the first batch of a new epoch,
+a new leader's epoch) goes to it instead: such an entry can be rebuilt from the batch headers
+of the log (``assign`` each batch's epoch at its base offset), so the caller may persist it
+lazily, as Kafka does since KAFKA-15046, as long as it is durable before any checkpoint says
+the log is durable past its start offset. Removals (truncations) always go to ``on_change``.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ class LeaderEpochCache:
         entries: Iterable[Sequence[int]] = (),
         *,
         on_change: Callable[[list[tuple[int, int]]], None] | None = None,
+        on_append: Callable[[list[tuple[int, int]]], None] | None = None,
     ) -> None:
         self._entries: list[tuple[int, int]] = []
         for epoch, start_offset in entries:
             self._append(int(epoch), int(start_offset))
         self._on_change = on_change
+        self._on_append = on_append
 
     @property
     def entries(self) -> list[tuple[int, int]]:
@@ -53,10 +60,15 @@ class LeaderEpochCache:
         if epoch < 0 or (self._entries and epoch <= self._entries[-1][0]):
             return False
         # An older epoch that starts at or after this offset wrote nothing that survives.
+        removed = False
         while self._entries and self._entries[-1][1] >= start_offset:
             self._entries.pop()
+            removed = True
         self._append(epoch, start_offset)
-        self._changed()
+        if not removed and self._on_append is not None:
+            self._on_append(self.entries)
+        else:
+            self._changed()
         return True
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
@@ -69,9 +81,7 @@ class LeaderEpochCache:
             if known > epoch:
                 break
             found = known
-            end = (
-                self._entries[index + 1][1] if index + 1 < len(self._entries) else log_end_offset
-            )
+            end = self._entries[index + 1][1] if index + 1 < len(self._entries) else log_end_offset
         return found, end
 
     def truncate_from_end(self, end_offset: int) -> None:

@@ -737,6 +737,7 @@ class PartitionLog(_SegmentedLog):
         recovery_point: int = 0,
         clock_ms: Callable[[], int] = wall_clock_ms,
         new: bool = False,
+        segment_fd: int | None = None,
     ) -> PartitionLog:
         """Open (creating if needed) and recover the log in ``directory``.
 
@@ -744,11 +745,15 @@ class PartitionLog(_SegmentedLog):
         (WARNING on logger ``flux.storage``) and segments after a hole removed.
         ``new``: the caller has just created ``directory`` and nothing else wrote to it, so
         there is nothing to scan, read back or recover (creating a 10,000-partition topic
-        opens 10,000 of these on every broker).
+        opens 10,000 of these on every broker). ``segment_fd`` (with ``new``): its first
+        segment file, already created empty by ``create_segment_file`` (the file-system work of
+        a new partition can then run off the event loop); the log owns it.
         """
         directory = Path(directory)
         if new:
-            segment = _DiskSegment.create(directory, 0, config.index_interval_bytes, fresh=True)
+            segment = _DiskSegment.create(
+                directory, 0, config.index_interval_bytes, fresh=True, fd=segment_fd
+            )
             log = cls(directory, config, clock_ms, [segment], 0, 0)
             log._directory_dirty = True  # the first flush syncs the directory and the files
             return log

@@ -241,6 +241,7 @@ class BrokerLifecycle:
             want_snapshot = False
             if image is not None:
                 try:
+                    await self._replicas.prepare_image(image)
                     self._replicas.apply_image(image)
                 except Exception:
                     # Never stop following metadata: log loudly and take the next image.

@@ -21,17 +21,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from flux.controller.image import MetadataDelta, MetadataImage, PartitionState, TopicImage
+from flux.controller.image import (
+    MetadataDelta,
+    MetadataImage,
+    PartitionState,
+    RoleChanges,
+    TopicImage,
+)
 from flux.protocol.errors import ErrorCode
-from flux.storage import AppendResult, CheckpointStore, MemoryLog, PartitionLog
+from flux.storage import (
+    AppendResult,
+    CheckpointStore,
+    MemoryLog,
+    PartitionLog,
+    create_segment_file,
+)
 from flux.storage.leader_epochs import LeaderEpochCache
 from flux.storage.producer_state import ProducerSnapshotError, ProducerStateManager
 
@@ -45,6 +59,10 @@ __all__ = ["Partition", "ReplicaManager"]  # Partition is re-exported for the ha
 
 #: Distinct topic override sets whose effective config is remembered (then forgotten at once).
 MAX_REMEMBERED_TOPIC_CONFIGS = 1024
+#: An image that gives this broker at least this many new on-disk replicas has their
+#: directories and first segment files created on the file worker thread before it is applied
+#: (``prepare_image``); fewer are created inline, as part of applying it.
+PREPARE_OFF_LOOP_MIN = 32
 
 log = logging.getLogger("flux.cluster.replicas")
 
@@ -54,6 +72,7 @@ _LEADER_EPOCHS = "leader-epochs"
 _PRODUCER_STATE = "producer-state"
 _DELETE_SUFFIX = "-delete"
 _PARTITION_METADATA = "partition.metadata"
+_CHECKPOINT_NAMESPACES = (_RECOVERY_POINTS, _HIGH_WATERMARKS, _LEADER_EPOCHS, _PRODUCER_STATE)
 
 TopicPartition = tuple[str, int]
 
@@ -93,8 +112,29 @@ class ReplicaManager:
         # transaction at its end (a topic of thousands of partitions: one fsync, not one per
         # partition). None outside ``apply_image``.
         self._epoch_writes: dict[str, list[tuple[int, int]]] | None = None
+        # Leader-epoch caches that only grew (a follower's first batch of a new epoch, a new
+        # leader's epoch) since they were last written: written lazily, with the next
+        # recovery-point checkpoint and before it (see ``checkpoint_recovery_points``), so a
+        # fetch answer never waits for an fsync. A crash loses at most entries for offsets past
+        # the checkpointed recovery point, and opening the log rebuilds those from its batch
+        # headers (``_open_partition``), as Kafka does since KAFKA-15046.
+        self._epochs_pending: dict[str, list[tuple[int, int]]] = {}
         self._topic_configs: dict[tuple[tuple[str, str | None], ...], TopicConfig] = {}
         self._isr_due: set[Partition] = set()
+        # Checkpoint keys of replicas removed while an image is applied, deleted in one LMDB
+        # transaction at its end (before its epoch writes). None outside ``apply_image``.
+        self._checkpoint_deletes: set[str] | None = None
+        # File-system work that must not stall the event loop (creating the directories of a
+        # new topic's thousands of replicas, deleting a deleted topic's): one worker thread,
+        # so its jobs run in the order given.
+        self._file_worker = ThreadPoolExecutor(1, thread_name_prefix="flux-replica-files")
+        # Replicas whose directory ``prepare_image`` created, by checkpoint key: the open fd of
+        # their first segment file, consumed when the image is applied.
+        self._prepared: dict[str, int] = {}
+        # (current image, next image, delta, roles) from ``prepare_image``, for its apply.
+        self._prepared_roles: (
+            tuple[MetadataImage, MetadataImage, MetadataDelta, RoleChanges] | None
+        ) = None
         self._remove_deleted_directories()
 
     # -- metadata -----------------------------------------------------------------------------
@@ -119,13 +159,55 @@ class ReplicaManager:
             self._topic_configs[key] = config
         return config
 
+    def _roles(self, new_image: MetadataImage) -> tuple[MetadataDelta, RoleChanges]:
+        """The delta from the current image to ``new_image`` and this broker's role changes
+        (computed once for ``prepare_image`` and the ``apply_image`` after it)."""
+        cached = self._prepared_roles
+        if cached is not None and cached[0] is self.image and cached[1] is new_image:
+            return cached[2], cached[3]
+        delta = MetadataDelta.between(self.image, new_image)
+        roles = delta.partition_roles(self._broker_id)
+        self._prepared_roles = (self.image, new_image, delta, roles)
+        return delta, roles
+
+    async def prepare_image(self, new_image: MetadataImage) -> None:
+        """Create, on the file worker thread, the directories (with their topic id) and first
+        segment files of the replicas that ``new_image`` adds to this broker, so that applying
+        it opens them without touching the file system. A new topic of thousands of
+        partitions is thousands of directory and file creations per broker, seconds of
+        journaled file-system work that would otherwise stall every request, heartbeat and
+        replica fetch of this node while ``apply_image`` runs. A directory that already exists
+        (a restart, a leftover) is left to ``apply_image``, which checks whose it is."""
+        if new_image.version <= self.image.version:
+            return
+        _delta, roles = self._roles(new_image)
+        fresh: list[tuple[str, str]] = []
+        on_disk: dict[str, bool] = {}
+        for topic, index, _state in itertools.chain(roles.leader, roles.follower):
+            if (topic.name, index) in self._partitions:
+                continue
+            disk = on_disk.get(topic.name)
+            if disk is None:
+                config = self.topic_config(dict(topic.config_dict()))
+                disk = on_disk[topic.name] = config.get("storage") != "memory"
+            key = f"{topic.name}-{index}"
+            if disk and key not in self._prepared:
+                fresh.append((key, topic.topic_id))
+        if len(fresh) < PREPARE_OFF_LOOP_MIN:
+            return
+        loop = asyncio.get_running_loop()
+        created = await loop.run_in_executor(
+            self._file_worker, _create_replica_directories, self._data_dir, fresh
+        )
+        self._prepared.update(created)
+
     def apply_image(self, new_image: MetadataImage) -> None:
         """Act on ``(old image, delta, new image)`` for this broker's replicas."""
         old_image = self.image
         if new_image.version <= old_image.version:
             return
-        delta = MetadataDelta.between(old_image, new_image)
-        roles = delta.partition_roles(self._broker_id)
+        delta, roles = self._roles(new_image)
+        self._prepared_roles = None
         first_image = old_image.version == 0
         self.image = new_image
         #: Whether the last image moved a leader or a replica of this broker's partitions
@@ -142,6 +224,7 @@ class ReplicaManager:
             for topic, index, state in roles.follower:
                 self._set_role(topic, index, state, is_leader=False)
             self._refresh_states_and_configs(old_image, new_image, delta.changed_topics)
+        self._close_unused_prepared()
         if first_image:
             self._remove_stray_directories()
         for listener in self._image_listeners:
@@ -212,22 +295,36 @@ class ReplicaManager:
     def _open_partition(self, topic: TopicImage, index: int, state: PartitionState) -> Partition:
         config = self.topic_config(dict(topic.config_dict()))
         key = f"{topic.name}-{index}"
+        recovery_point = self._recovery_points.get(key, 0)
         if config.get("storage") == "memory":
             partition_log: PartitionLog | MemoryLog = MemoryLog.open(config.log_config())
         else:
             directory = self._data_dir / key
-            created = self._claim_directory(directory, topic.topic_id)
+            segment_fd = self._prepared.pop(key, None)
+            # A directory ``prepare_image`` created is new and this topic's.
+            created = segment_fd is not None or self._claim_directory(directory, topic.topic_id)
             partition_log = PartitionLog.open(
                 directory,
                 config.log_config(),
-                recovery_point=self._recovery_points.get(key, 0),
+                recovery_point=recovery_point,
                 new=created,
+                segment_fd=segment_fd,
             )
+        # A replica of the same name removed by this same image (its topic re-created) still
+        # has its checkpoints until the image's deletions are written: they are not this one's.
+        removed = self._checkpoint_deletes is not None and key in self._checkpoint_deletes
         epochs = LeaderEpochCache(
-            self._checkpoints.get_json(_LEADER_EPOCHS, key) or (),
+            () if removed else self._checkpoints.get_json(_LEADER_EPOCHS, key) or (),
             on_change=lambda entries, key=key: self._save_epochs(key, entries),
+            on_append=lambda entries, key=key: self._epochs_pending.__setitem__(key, entries),
         )
         epochs.truncate_from_end(partition_log.log_end_offset)
+        # Epochs first written past the checkpointed recovery point may not have been
+        # checkpointed (they are written lazily): the batch headers there say what they are.
+        # (Opening the log may already have flushed it past that point: its own recovery
+        # point is no guide here.)
+        for info in partition_log.batch_infos(min(recovery_point, partition_log.log_end_offset)):
+            epochs.assign(info.partition_leader_epoch, info.base_offset)
         producers = self._load_producer_state(key, partition_log)
         partition = Partition(
             broker_id=self._broker_id,
@@ -258,21 +355,27 @@ class ReplicaManager:
     def batched_epoch_writes(self) -> Iterator[None]:
         """Leader-epoch changes made inside the block (an image's role changes, one fetch
         answer's first batches of new epochs on many partitions) are written in one LMDB
-        transaction when it ends, instead of one each. The block must be synchronous: nothing
-        is answered from the new epochs before they are written. Nested blocks write once, at
-        the outermost end."""
+        transaction when it ends, instead of one each; so are the checkpoint deletions of
+        replicas removed inside it (one transaction, written first). The block must be
+        synchronous: nothing is answered from the new epochs before they are written. Nested
+        blocks write once, at the outermost end."""
         if self._epoch_writes is not None:
             yield
             return
         self._epoch_writes = {}
+        self._checkpoint_deletes = set()
         try:
             yield
         finally:
             writes, self._epoch_writes = self._epoch_writes, None
+            deletes, self._checkpoint_deletes = self._checkpoint_deletes, None
+            if deletes:
+                self._checkpoints.delete_everywhere(_CHECKPOINT_NAMESPACES, deletes)
             if writes:
                 self._checkpoints.put_many_json(_LEADER_EPOCHS, writes)
 
     def _save_epochs(self, key: str, entries: list[tuple[int, int]]) -> None:
+        self._epochs_pending.pop(key, None)  # superseded by this whole list
         if self._epoch_writes is not None:
             self._epoch_writes[key] = list(entries)  # written when the batched block ends
         else:
@@ -285,7 +388,8 @@ class ReplicaManager:
         of them when there is no usable snapshot)."""
         start = partition_log.log_start_offset
         producers = ProducerStateManager(last_offset=start)
-        snapshot = self._checkpoints.get_json(_PRODUCER_STATE, key)
+        removed = self._checkpoint_deletes is not None and key in self._checkpoint_deletes
+        snapshot = None if removed else self._checkpoints.get_json(_PRODUCER_STATE, key)
         if snapshot is not None:
             try:
                 loaded = ProducerStateManager.from_snapshot(snapshot)
@@ -352,8 +456,12 @@ class ReplicaManager:
             self._delete_directory(directory)
         key = f"{name}-{index}"
         partition.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        for namespace in (_RECOVERY_POINTS, _HIGH_WATERMARKS, _LEADER_EPOCHS, _PRODUCER_STATE):
-            self._checkpoints.delete(namespace, key)
+        self._epochs_pending.pop(key, None)
+        if self._checkpoint_deletes is not None:
+            self._checkpoint_deletes.add(key)  # with the image's other removals, in one go
+            self._epoch_writes.pop(key, None)  # type: ignore[union-attr]
+        else:
+            self._checkpoints.delete_everywhere(_CHECKPOINT_NAMESPACES, (key,))
         for table in (self._saved_recovery_points, self._recovery_points, self._high_watermarks):
             table.pop(key, None)
         self._saved_high_watermarks.pop(key, None)
@@ -361,9 +469,26 @@ class ReplicaManager:
         log.info("removed replica %s-%d", name, index)
 
     def _delete_directory(self, directory: Path) -> None:
+        """Rename ``directory`` out of the way now (its name is free again at once), and
+        remove its files on the file worker thread when an event loop runs (a deleted topic
+        of thousands of partitions is seconds of unlinking); leftovers of a crash are removed
+        at the next start."""
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
         os.replace(directory, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:
+            self._file_worker.submit(shutil.rmtree, doomed, ignore_errors=True)
+
+    def _close_unused_prepared(self) -> None:
+        """Close the segment files of prepared directories the image did not open after all;
+        the directories stay, owned by their topic id, for a later open or stray removal."""
+        for fd in self._prepared.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._prepared.clear()
 
     def _remove_deleted_directories(self) -> None:
         for entry in self._data_dir.iterdir():
@@ -543,9 +668,19 @@ class ReplicaManager:
             self._checkpoints.put_many(_HIGH_WATERMARKS, changed)
             self._saved_high_watermarks.update(changed)
 
+    def write_pending_epochs(self) -> None:
+        """Write the leader-epoch caches that grew since they were last written (one
+        transaction)."""
+        if self._epochs_pending:
+            pending, self._epochs_pending = self._epochs_pending, {}
+            self._checkpoints.put_many_json(_LEADER_EPOCHS, pending)
+
     def checkpoint_recovery_points(self, partitions: Iterable[Partition] | None = None) -> None:
         """Write the recovery points of ``partitions`` (default: all) that changed since the
-        last checkpoint (one transaction)."""
+        last checkpoint (one transaction). The lazily written leader epochs go first: an epoch
+        that starts below a checkpointed recovery point is never rebuilt from the log at the
+        next start, so it must be durable before that checkpoint is."""
+        self.write_pending_epochs()
         chosen = self._partitions.values() if partitions is None else partitions
         points = {
             f"{p.topic}-{p.index}": p.log.recovery_point
@@ -580,7 +715,43 @@ class ReplicaManager:
         for partition in self._partitions.values():
             partition.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             partition.log.close()
+        self._close_unused_prepared()
         self._checkpoints.close()
+        # Removals still unlinking finish in their thread; later ones are left for the next
+        # start (``_remove_deleted_directories``).
+        self._file_worker.shutdown(wait=False, cancel_futures=True)
+
+
+def _create_replica_directories(data_dir: Path, fresh: list[tuple[str, str]]) -> dict[str, int]:
+    """On the file worker thread: for each ``(key, topic id)``, create the directory
+    ``data_dir/key`` with its ``partition.metadata`` and an empty first segment file; the
+    segment fds by key. A directory that exists already is skipped (the event loop checks
+    whose it is); an error stops the work, and the replicas not created here are created by
+    ``apply_image``, which reports the error where it happens."""
+    created: dict[str, int] = {}
+    for key, topic_id in fresh:
+        directory = data_dir / key
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            continue
+        except OSError:
+            break
+        try:
+            marker = os.open(
+                directory / _PARTITION_METADATA,
+                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                0o644,
+            )
+            try:
+                os.write(marker, (topic_id + "\n").encode())
+            finally:
+                os.close(marker)
+            created[key] = create_segment_file(directory, 0)
+        except OSError:
+            shutil.rmtree(directory, ignore_errors=True)
+            break
+    return created
 
 
 def _explicit(config: TopicConfig) -> dict[str, str]:
