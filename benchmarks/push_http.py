@@ -2,7 +2,13 @@
 
 - ``publish``: HTTP publish throughput, ``POST /publish`` one message per request from
   ``--concurrency`` clients, and ``POST /topics/<t>/messages`` with ``--batch`` messages per
-  request (acks=all, replication factor 3).
+  request (acks=all, replication factor 3). The single-message clients are aiohttp sessions
+  in this process (``--publish-client aiohttp``, the default: ``--messages`` requests), or
+  wrk (``--publish-client wrk``: Debian's ``wrk``, a C load generator, for
+  ``--publish-seconds``, its ``--concurrency`` connections spread over the three brokers; the
+  Python client then no longer shares the two cores with the brokers at a third of a core).
+  With wrk the figure is 2xx answers per second; ``stored`` (the topic's high watermarks
+  summed) must be at least that, and every non-2xx answer or socket error is counted.
 - ``push.webhook`` / ``push.websocket``: a subscriber served by this process subscribes with
   ``readOld=true`` and ``maxInFlight=--window`` to ``--messages`` stored messages and
   acknowledges each one; throughput is messages delivered per second until the last one
@@ -26,6 +32,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,6 +165,72 @@ async def _publish_throughput(
     return count / (time.perf_counter() - started)
 
 
+def _wrk_publish(nodes: list[NodeProcess], seconds: float, connections: int) -> dict[str, Any]:
+    """``wrk`` POSTing single messages to every broker at once (connections spread evenly)."""
+    script = ROOT / "benchmarks" / "push_http_publish.lua"
+    processes = []
+    for index, node in enumerate(nodes):
+        share = connections // len(nodes) + (1 if index < connections % len(nodes) else 0)
+        if share == 0:
+            continue
+        processes.append(
+            subprocess.Popen(
+                [
+                    "wrk",
+                    "-t1",
+                    f"-c{share}",
+                    f"-d{seconds}s",
+                    "--latency",
+                    "-s",
+                    str(script),
+                    _base(node),
+                    "--",
+                    "bench-wrk",
+                    f"n{node.node_id}",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+    runs = []
+    for process in processes:
+        out, _ = process.communicate(timeout=seconds + 60)
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    ok = sum(run["requests"] - run["status_errors"] for run in runs)
+    duration_s = max(run["duration_us"] for run in runs) / 1e6
+    return {
+        "client": "wrk",
+        "single_messages_per_s": round(ok / duration_s, 1),
+        "answered_2xx": ok,
+        "status_errors": sum(run["status_errors"] for run in runs),
+        "socket_errors": sum(
+            run[k] for run in runs for k in ("connect_errors", "read_errors", "write_errors")
+        )
+        + sum(run["timeouts"] for run in runs),
+        "latency_p50_ms_per_broker": [round(run["latency_p50_us"] / 1000, 2) for run in runs],
+        "latency_p99_ms_per_broker": [round(run["latency_p99_us"] / 1000, 2) for run in runs],
+    }
+
+
+async def _stored(session: aiohttp.ClientSession, node: NodeProcess, topic: str) -> int:
+    """Messages stored in ``topic``: its partitions' high watermarks, summed."""
+    total = 0
+    for index in range(PARTITIONS):
+        answer = await _get(
+            session, _base(node) + f"/topics/{topic}/partitions/{index}/messages?limit=0"
+        )
+        total += int(answer["high_watermark"])
+    return total
+
+
+async def _get(session: aiohttp.ClientSession, url: str) -> Any:
+    async with session.get(url) as response:
+        answer = await response.json(content_type=None)
+        if response.status != 200:
+            raise RuntimeError(f"{url}: {response.status} {answer}")
+        return answer
+
+
 async def _batch_throughput(
     session: aiohttp.ClientSession, nodes: list[NodeProcess], count: int, batch: int
 ) -> float:
@@ -247,7 +320,16 @@ async def _run(nodes: list[NodeProcess], args: argparse.Namespace) -> dict[str, 
     try:
         async with aiohttp.ClientSession() as session:
             _phase("publish")
-            publish = await _publish_throughput(session, nodes, args.messages, args.concurrency)
+            if args.publish_client == "wrk":
+                await _create_topic(session, nodes[0], "bench-wrk")
+                wrk = await asyncio.to_thread(
+                    _wrk_publish, nodes, args.publish_seconds, args.concurrency
+                )
+                wrk["stored"] = await _stored(session, nodes[0], "bench-wrk")
+                publish = wrk["single_messages_per_s"]
+            else:
+                wrk = None
+                publish = await _publish_throughput(session, nodes, args.messages, args.concurrency)
             _phase("batched publish")
             batch = await _batch_throughput(session, nodes, args.messages * 5, args.batch)
             push = {}
@@ -270,6 +352,8 @@ async def _run(nodes: list[NodeProcess], args: argparse.Namespace) -> dict[str, 
         "publish": {
             "single_messages_per_s": round(publish, 1),
             "concurrency": args.concurrency,
+            "client": args.publish_client,
+            **({"wrk": wrk} if wrk is not None else {}),
             "batched_messages_per_s": round(batch, 1),
             "batch": args.batch,
         },
@@ -282,6 +366,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--publish-client", choices=("aiohttp", "wrk"), default="aiohttp")
+    parser.add_argument("--publish-seconds", type=float, default=10.0)
     parser.add_argument("--latency-messages", type=int, default=200)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument(

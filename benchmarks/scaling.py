@@ -14,9 +14,9 @@ descriptors are read from ``/proc/<pid>/{stat,status,fd}`` of the node processes
   creation, or ``--settle-seconds`` after it, with no client, % of one core), ``rss_mb``
   (VmRSS) and ``open_fds`` at the end of
   that idle time; ``produce_records_per_s`` / ``produce_mb_per_s`` (``--records`` 100-byte
-  records as fast as possible, partition round robin, ``linger.ms=5``,
+  records as fast as possible (``--partitioning``, below), ``linger.ms=5``,
   ``batch.size=1000000``); ``latency_p50_ms`` / ``latency_p99_ms`` at ``--rate`` records/s for
-  ``--latency-seconds`` (``linger.ms=1``, partition round robin) and the achieved rate;
+  ``--latency-seconds`` (``linger.ms=1``, ``--partitioning``) and the achieved rate;
   ``metadata_propagation_s``: a 1-partition topic is created next to the big one, timed from
   the CreateTopics call returning until the Metadata response of every broker (asked at its
   own Kafka address) shows it with a leader; ``leader_change_s`` / ``failover_s``: one broker
@@ -46,6 +46,18 @@ descriptors are read from ``/proc/<pid>/{stat,status,fd}`` of the node processes
   ``--bytes-per-point`` bytes, at least 20), ``produce_records_per_s`` / ``produce_mb_per_s``,
   and ``latency_p50_ms`` / ``latency_p99_ms`` at ``latency_target_records_per_s``
   = ``--rate`` scaled down so that rate * size <= 20 MB/s.
+
+``--partitioning`` says how the records of those two steps pick partitions. ``sticky`` (the
+default): no key and no partition, so librdkafka's own partitioner sends each record where its
+sticky partitioner points (for ``sticky.partitioning.linger.ms``, twice ``linger.ms``), as
+``replicated_produce.py``, Kafka's ``kafka-producer-perf-test`` and a producer of keyless
+events do; a record batch then holds the records of a few milliseconds whatever the partition
+count, so the points compare the cost of partitions, not of batch sizes. ``round-robin``:
+record ``i`` to partition ``i mod N`` (what keyed records spread over every partition look
+like): over thousands of partitions nearly every record is its own batch and its own request
+(librdkafka sends one partition per ProduceRequest), so this measures the cost per batch.
+Figures taken before 2026-11-26 used ``round-robin`` (it was the only way). The warm-up
+always writes one record to every partition.
 
 A measurement that fails leaves its figures null and its error in the point's ``"error"``
 (null when all went well), and the run goes on; so does one whose delivery reports are not
@@ -489,10 +501,16 @@ def _producer(bootstrap: str, linger_ms: float, extra: dict[str, Any] | None = N
     return Producer({**config, **(extra or {})})
 
 
-def _produce(producer: Any, topic: str, payload: bytes, partition: int, callback: Any) -> None:
+def _produce(
+    producer: Any, topic: str, payload: bytes, partition: int | None, callback: Any
+) -> None:
+    """Produce one record to ``partition`` (None: where the client's partitioner says)."""
     while True:
         try:
-            producer.produce(topic, payload, partition=partition, on_delivery=callback)
+            if partition is None:
+                producer.produce(topic, payload, on_delivery=callback)
+            else:
+                producer.produce(topic, payload, partition=partition, on_delivery=callback)
             return
         except BufferError:
             producer.poll(0.01)
@@ -521,9 +539,15 @@ def _warm_up(producers: list[Any], topic: str, partitions: int) -> None:
 
 
 def produce_throughput(
-    bootstrap: str, topic: str, partitions: int, records: int, record_bytes: int
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    record_bytes: int,
+    round_robin: bool = True,
 ) -> dict[str, float]:
-    """``records`` produced as fast as possible, partition round robin, after a warm-up."""
+    """``records`` produced as fast as possible after a warm-up, partition round robin or
+    (``round_robin`` False) where the client's sticky partitioner puts them."""
     producer = _producer(
         bootstrap,
         5,
@@ -539,7 +563,9 @@ def produce_throughput(
     payload = os.urandom(record_bytes)
     started = time.perf_counter()
     for index in range(records):
-        _produce(producer, topic, payload, index % partitions, tally.delivered)
+        _produce(
+            producer, topic, payload, index % partitions if round_robin else None, tally.delivered
+        )
         if index % 1000 == 0:
             producer.poll(0)
     tally.undelivered = _flush_all([producer], THROUGHPUT_FLUSH_S)
@@ -561,7 +587,9 @@ def _pace(jobs: list[tuple[Any, float]], spec: dict[str, Any], tally: _Tally) ->
         for index, (producer, phase) in enumerate(jobs):
             due = min(total, int((elapsed - phase) / interval) + 1) if elapsed >= phase else 0
             while sent[index] < due:
-                partition = sent[index] % spec["partitions"]
+                partition = (
+                    sent[index] % spec["partitions"] if spec.get("round_robin", True) else None
+                )
                 _produce(producer, spec["topic"], spec["payload"], partition, tally.timed(clock()))
                 sent[index] += 1
             producer.poll(0)
@@ -584,6 +612,7 @@ def paced(
     rate: float,
     seconds: float,
     record_bytes: int,
+    round_robin: bool = True,
 ) -> _Tally:
     """Every producer sends ``rate`` records/s for ``seconds`` (partition round robin, phases
     spread over one interval) from up to ``PRODUCER_THREADS`` threads, then flushes; each
@@ -596,6 +625,7 @@ def paced(
         "total": max(1, int(rate * seconds)),
         "started": time.perf_counter(),
         "partitions": partitions,
+        "round_robin": round_robin,
         "topic": topic,
         "payload": os.urandom(record_bytes),
     }
@@ -614,11 +644,17 @@ def paced(
 
 
 def fixed_rate_latency(
-    bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, record_bytes: int
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    rate: float,
+    seconds: float,
+    record_bytes: int,
+    round_robin: bool = True,
 ) -> dict[str, float]:
     producer = _producer(bootstrap, 1, {"queue.buffering.max.messages": 2_000_000})
     _warm_up([producer], topic, partitions)
-    tally = paced([producer], topic, partitions, rate, seconds, record_bytes)
+    tally = paced([producer], topic, partitions, rate, seconds, record_bytes, round_robin)
     tally.check(tally.sent, "latency run")
     return {**tally.percentiles(), "latency_records_per_s": round(tally.sent / tally.send_s)}
 
@@ -702,6 +738,7 @@ def partitions_point(
     nodes: list[NodeProcess], bootstrap: str, count: int, args: Any, point: dict
 ) -> None:
     topic = _name("p", count)
+    round_robin = args.partitioning == "round-robin"
     try:  # the topic is deleted even if it never got ready
         point["create_s"] = round(create_topic(bootstrap, topic, count), 3)
         if args.settle_seconds:
@@ -709,10 +746,10 @@ def partitions_point(
         steps = {
             "idle": lambda: idle_figures(nodes, args.idle_seconds),
             "throughput": lambda: produce_throughput(
-                bootstrap, topic, count, args.records, RECORD_BYTES
+                bootstrap, topic, count, args.records, RECORD_BYTES, round_robin
             ),
             "latency": lambda: fixed_rate_latency(
-                bootstrap, topic, count, args.rate, args.latency_seconds, RECORD_BYTES
+                bootstrap, topic, count, args.rate, args.latency_seconds, RECORD_BYTES, round_robin
             ),
             "propagation": lambda: {
                 "metadata_propagation_s": round(metadata_propagation(nodes, bootstrap), 4)
@@ -950,6 +987,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--latency-seconds", type=float)
     parser.add_argument("--rate", type=int, default=5000, help="records/s of latency runs")
+    parser.add_argument(
+        "--partitioning",
+        choices=("sticky", "round-robin"),
+        default="sticky",
+        help="partitions axis: how throughput and latency records pick partitions",
+    )
     parser.add_argument("--bytes-per-point", type=int)
     parser.add_argument(
         "--steps",
@@ -984,6 +1027,7 @@ def main() -> int:
         "min_insync_replicas": MIN_INSYNC_REPLICAS,
         "acks": "all",
         "quick": args.quick,
+        "partitioning": args.partitioning,
         "machine": {"cpus": os.cpu_count(), "open_files_limit": fd_limit},
         "axes": {},
     }

@@ -32,6 +32,7 @@ from .compaction.service import LogCleanerService
 from .config import NodeConfig
 from .groups.coordinator import GroupCoordinator, OffsetsRetention
 from .groups.offsets_client import OffsetsClient
+from .heap import HeapPolicy
 from .http.api import HttpApi
 from .http.auth import HttpAuthenticator
 from .http.memory_topics import MemoryTopicCleaner
@@ -75,6 +76,8 @@ class Node:
         self.fetchers: ReplicaFetcherManager | None = None
         self.metrics: BrokerMetrics | None = None
         self.peers: BrokerPeers | None = None
+        self.http_api: HttpApi | None = None
+        self.heap: HeapPolicy | None = None
         self.push: PushManager | None = None
         self.memory_cleaner: MemoryTopicCleaner | None = None
         self.log_cleaner: LogCleanerService | None = None
@@ -107,6 +110,8 @@ class Node:
         else:
             await self._wait_for_quorum_leader()
         self._write_state("ready")
+        if self.heap is not None:
+            self.heap.settle()  # what start-up built lives as long as the node
         write_json_atomically(ready_path, ready)
         log.info("node %d ready: %s", config.node.id, ready)
 
@@ -168,11 +173,15 @@ class Node:
         self.metrics = BrokerMetrics(
             broker_id=config.node.id, partitions=replicas.partitions, image=lambda: replicas.image
         )
+        heap = self.heap = HeapPolicy(self.metrics.gc_pauses.observe)
+        replicas.add_image_listener(
+            lambda _image: heap.after_image(replicas.last_opened, replicas.last_removed)
+        )
         self.peers = BrokerPeers(
             lambda: replicas.image, broker_id=config.node.id, internal=self.internal
         )
         offsets = OffsetsClient(groups, self.peers)
-        http_api = HttpApi(
+        self.http_api = http_api = HttpApi(
             replicas=replicas,
             apis=apis,
             groups=groups,
@@ -312,6 +321,8 @@ class Node:
     async def stop(self) -> None:
         (self.config.data_dir / READY_FILE).unlink(missing_ok=True)
         (self.config.data_dir / STATE_FILE).unlink(missing_ok=True)
+        if self.heap is not None:
+            self.heap.close()
         if self.push is not None:
             await self.push.stop()
         if self.memory_cleaner is not None:
@@ -328,6 +339,8 @@ class Node:
             await self.lifecycle.stop()
         for server in self.kafka_servers:
             await server.stop()
+        if self.http_api is not None:
+            await self.http_api.close()
         if self.http is not None:
             await self.http.stop()
         if self.peers is not None:

@@ -38,6 +38,7 @@ from ..replication.peers import BrokerPeers
 from ..replication.replica_manager import ReplicaManager
 from .common import HttpError
 from .flux_api import FluxApi
+from .forward_link import LINK_PATH, ForwardLinks
 from .group_commit import GroupCommit
 from .metrics import CONTENT_TYPE, BrokerMetrics
 from .rest import RestApi
@@ -68,6 +69,12 @@ class HttpApi(FluxApi, RestApi):
         self._allow_auto_create = allow_auto_create
         self._round_robin = itertools.count()
         self._group_commit = GroupCommit()
+        self._links = ForwardLinks(peers)
+
+    async def close(self) -> None:
+        """Close the produce links, this broker's to the leaders and the others' to it
+        (before the HTTP server stops: it would wait for them)."""
+        await self._links.close()
 
     def routes(self) -> list[web.RouteDef]:
         json_route = self._json
@@ -94,6 +101,7 @@ class HttpApi(FluxApi, RestApi):
                 "/subscriptions/{id}", json_route(self._delete_subscription, "subscription")
             ),
             # Internal: broker to broker.
+            web.get(LINK_PATH, self._produce_link),
             web.post(
                 "/internal/produce/{topic}/{partition}",
                 json_route(self._internal_produce, "internal_produce"),

@@ -28,6 +28,7 @@ from ..replication.peers import FORWARDED_HEADER, BrokerPeers, PeerUnavailableEr
 from ..replication.replica_manager import ReplicaManager
 from ..topics import InvalidTopicError, validate_topic_name
 from .dedup import MAX_ID_BYTES, MESSAGE_ID_HEADER
+from .forward_link import ForwardLinks
 from .group_commit import GroupCommit
 from .metrics import BrokerMetrics
 
@@ -59,11 +60,14 @@ class HttpError(Exception):
         self.field = field
         self.extra = extra
 
-    def response(self) -> web.Response:
+    def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"error": str(self), **self.extra}
         if self.field is not None:
             body["field"] = self.field
-        return web.json_response(body, status=self.status)
+        return body
+
+    def response(self) -> web.Response:
+        return web.json_response(self.body(), status=self.status)
 
 
 def message_json(record: Any, topic: str, partition: int) -> dict[str, Any]:
@@ -180,6 +184,7 @@ class HttpApiBase:
     _allow_auto_create: bool
     _round_robin: itertools.count[int]
     _group_commit: GroupCommit
+    _links: ForwardLinks
 
     @property
     def _image(self) -> Any:
@@ -297,12 +302,14 @@ class HttpApiBase:
                 leader=leader,
             )
         try:
-            status, body = await self._peers.request(
+            # One frame on this broker's link to the leader (``forward_link``), not an HTTP
+            # request each: the answer is what ``POST /internal/produce`` would have said.
+            status, body = await self._links.produce(
                 leader,
-                "POST",
-                f"/internal/produce/{topic}/{index}",
-                json_body={"records": [_encode_record(r) for r in records]},
-                timeout_s=PRODUCE_TIMEOUT_S + 5,
+                topic,
+                index,
+                [_encode_record(r) for r in records],
+                PRODUCE_TIMEOUT_S + 5,
             )
         except PeerUnavailableError as error:
             raise HttpError(503, f"leader of {topic}-{index} unreachable: {error}") from None

@@ -61,6 +61,12 @@ class BrokerMetrics:
             ["api"],
             registry=self.registry,
         )
+        self.gc_pauses = Histogram(
+            "flux_gc_pause_seconds",
+            "full (generation 2) garbage collections of the node process",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.kafka_latency = Histogram(
             "flux_kafka_request_seconds",
             "Kafka protocol request latency by API",

@@ -160,6 +160,28 @@ class RestApi(HttpApiBase):
             raise HttpError(400, "no records", field="records")
         return {"offsets": await self.produce_local(found, records)}
 
+    async def _produce_link(self, request: web.Request) -> web.StreamResponse:
+        """``GET /internal/produce-link``: another broker's forwarded produces, one frame each
+        (``forward_link``)."""
+        return await self._links.serve(request, self._link_produce)
+
+    async def _link_produce(
+        self, topic: str, index: int, encoded: list[Any]
+    ) -> tuple[int, dict[str, Any]]:
+        """One forwarded group: what ``POST /internal/produce/{topic}/{index}`` answers."""
+        try:
+            found = self._replicas.partition_for_leader(topic, index)
+            if not isinstance(found, Partition):
+                raise HttpError(
+                    NOT_LEADER_STATUS, f"broker {self._broker_id} does not lead {topic}-{index}"
+                )
+            records = [_decode_record(item) for item in encoded]
+            if not records:
+                raise HttpError(400, "no records", field="records")
+            return 200, {"offsets": await self.produce_local(found, records)}
+        except HttpError as error:
+            return error.status, error.body()
+
     # -- read ---------------------------------------------------------------------------------
 
     async def _read(self, request: web.Request, body: dict[str, Any]) -> Any:

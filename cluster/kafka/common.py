@@ -25,7 +25,7 @@ __all__ = ["KafkaApisBase"]
 # One logger for every handler family (the name it had when they were one module).
 log = logging.getLogger("flux.cluster.apis")
 
-METADATA_PROPAGATION_TIMEOUT_S = 5.0
+METADATA_PROPAGATION_TIMEOUT_S = 15.0
 CONTROLLER_WRITE_TIMEOUT_S = 10.0
 _ZERO_UUID = uuid.UUID(int=0)
 

@@ -117,6 +117,8 @@ class Partition:
         self.high_watermark = min(
             max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset
         )
+        #: ``topic-index``: this replica's directory name and checkpoint key.
+        self.key = f"{self.topic}-{self.index}"
 
     @property
     def leader_epoch(self) -> int:

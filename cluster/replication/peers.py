@@ -44,7 +44,20 @@ class BrokerPeers:
         self.broker_id = broker_id
         self._session: aiohttp.ClientSession | None = None
 
-    def _client(self) -> aiohttp.ClientSession:
+    @property
+    def internal(self) -> Any:
+        """``cluster.internal_security.InternalSecurity`` (None: plain HTTP, no token)."""
+        return self._internal
+
+    def headers(self) -> dict[str, str]:
+        """Headers of every call to another broker (the forwarding mark, the node token)."""
+        headers = {FORWARDED_HEADER: str(self.broker_id)}
+        if self._internal is not None:
+            headers.update(self._internal.headers)
+        return headers
+
+    def client(self) -> aiohttp.ClientSession:
+        """The one HTTP client session of this broker's calls to other brokers."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=MAX_PEER_CONNECTIONS),
@@ -78,10 +91,8 @@ class BrokerPeers:
             raise PeerUnavailableError(f"broker {broker_id} is not live")
         try:
             internal = self._internal
-            headers = {FORWARDED_HEADER: str(self.broker_id)}
-            if internal is not None:
-                headers.update(internal.headers)
-            async with self._client().request(
+            headers = self.headers()
+            async with self.client().request(
                 method,
                 internal.url(address, path) if internal is not None else f"http://{address}{path}",
                 json=json_body,

@@ -28,7 +28,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from flux.controller.image import (
@@ -75,6 +75,10 @@ _PARTITION_METADATA = "partition.metadata"
 _CHECKPOINT_NAMESPACES = (_RECOVERY_POINTS, _HIGH_WATERMARKS, _LEADER_EPOCHS, _PRODUCER_STATE)
 
 TopicPartition = tuple[str, int]
+#: Pending leader epochs, recovery points, high watermarks and producer snapshots by key.
+_Checkpoints = tuple[
+    dict[str, list[tuple[int, int]]], dict[str, int], dict[str, int], dict[str, object]
+]
 
 
 def _ignore(partition: Partition) -> None:
@@ -92,6 +96,10 @@ class ReplicaManager:
         self._config = config
         self._broker_id = config.node.id
         self.roles_changed = True
+        #: Replicas the last applied image opened and removed (the node's heap policy
+        #: re-freezes after big ones: ``cluster.heap``).
+        self.last_opened = 0
+        self.last_removed = 0
         self._data_dir = config.data_dir
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self._checkpoints = CheckpointStore(self._data_dir / "node-state.lmdb")
@@ -114,7 +122,7 @@ class ReplicaManager:
         self._epoch_writes: dict[str, list[tuple[int, int]]] | None = None
         # Leader-epoch caches that only grew (a follower's first batch of a new epoch, a new
         # leader's epoch) since they were last written: written lazily, with the next
-        # recovery-point checkpoint and before it (see ``checkpoint_recovery_points``), so a
+        # recovery-point checkpoint and before it (see ``_write_checkpoints``), so a
         # fetch answer never waits for an fsync. A crash loses at most entries for offsets past
         # the checkpointed recovery point, and opening the log rebuilds those from its batch
         # headers (``_open_partition``), as Kafka does since KAFKA-15046.
@@ -131,6 +139,8 @@ class ReplicaManager:
         # Replicas whose directory ``prepare_image`` created, by checkpoint key: the open fd of
         # their first segment file, consumed when the image is applied.
         self._prepared: dict[str, int] = {}
+        # The last checkpoint write handed to the file worker (``flush_by_time``).
+        self._checkpoint_job: Future[None] | None = None
         # (current image, next image, delta, roles) from ``prepare_image``, for its apply.
         self._prepared_roles: (
             tuple[MetadataImage, MetadataImage, MetadataDelta, RoleChanges] | None
@@ -209,6 +219,8 @@ class ReplicaManager:
         delta, roles = self._roles(new_image)
         self._prepared_roles = None
         first_image = old_image.version == 0
+        opened_before = len(self._partitions)
+        self.last_removed = len(roles.removed)
         self.image = new_image
         #: Whether the last image moved a leader or a replica of this broker's partitions
         #: (listeners that group partitions by leader skip images that did not).
@@ -225,6 +237,7 @@ class ReplicaManager:
                 self._set_role(topic, index, state, is_leader=False)
             self._refresh_states_and_configs(old_image, new_image, delta.changed_topics)
         self._close_unused_prepared()
+        self.last_opened = max(0, len(self._partitions) - opened_before + len(roles.removed))
         if first_image:
             self._remove_stray_directories()
         for listener in self._image_listeners:
@@ -627,7 +640,9 @@ class ReplicaManager:
         """Apply each changed log's ``flush.ms`` policy, then checkpoint recovery points, high
         watermarks and producer states that moved (by these flushes, by ``flush.messages``,
         or by segment rolls). Visits only the partitions that changed since the last run, and
-        those whose ``flush.ms`` is still counting."""
+        those whose ``flush.ms`` is still counting. The checkpoints are taken here and written
+        (JSON, LMDB, fsync) on the file worker thread when an event loop runs: after a burst
+        over 10,000 partitions that was most of a second of the event loop's time."""
         due, self._flush_due = self._flush_due, set()
         for partition in due:
             try:
@@ -636,65 +651,70 @@ class ReplicaManager:
                     self._flush_due.add(partition)
             except OSError:
                 log.exception("flush of %s-%d failed", partition.topic, partition.index)
-        self.checkpoint_recovery_points(due)
-        self.checkpoint_high_watermarks(due)
-        self.snapshot_producer_states(due)
+        self._write_checkpoints(self._take_checkpoints(due), background=True)
 
-    def snapshot_producer_states(self, partitions: Iterable[Partition] | None = None) -> None:
-        """Snapshot the producer state of ``partitions`` (default: all) whose state moved
-        since the last snapshot."""
+    def _take_checkpoints(self, partitions: Iterable[Partition] | None) -> _Checkpoints:
+        """What moved since the last checkpoint, among ``partitions`` (default: all):
+        ``(pending epochs, recovery points, high watermarks, producer snapshots)``. The
+        bookkeeping counts them written from here on."""
+        chosen = list(self._partitions.values() if partitions is None else partitions)
+        epochs, self._epochs_pending = self._epochs_pending, {}
+        points = {}
+        saved_points = self._saved_recovery_points
+        for p in chosen:
+            if isinstance(p.log, PartitionLog) and saved_points.get(p.key) != p.log.recovery_point:
+                points[p.key] = p.log.recovery_point
+        saved_points.update(points)
+        watermarks = {
+            p.key: p.high_watermark
+            for p in chosen
+            if self._saved_high_watermarks.get(p.key) != p.high_watermark
+        }
+        self._saved_high_watermarks.update(watermarks)
         snapshots = {}
-        offsets = {}
-        for partition in self._partitions.values() if partitions is None else partitions:
-            key = f"{partition.topic}-{partition.index}"
-            if self._saved_producer_offsets.get(key) != partition.producers.last_offset:
-                snapshots[key] = partition.producers.snapshot()
-                offsets[key] = partition.producers.last_offset
-        if snapshots:
-            # One transaction (one fsync) for every partition appended to since the last run.
-            self._checkpoints.put_many_json(_PRODUCER_STATE, snapshots)
-            self._saved_producer_offsets.update(offsets)
+        for p in chosen:
+            if self._saved_producer_offsets.get(p.key) != p.producers.last_offset:
+                snapshots[p.key] = p.producers.snapshot()
+                self._saved_producer_offsets[p.key] = p.producers.last_offset
+        return epochs, points, watermarks, snapshots
 
-    def checkpoint_high_watermarks(self, partitions: Iterable[Partition] | None = None) -> None:
-        """Write the high watermarks of ``partitions`` (default: all) that moved since the
-        last checkpoint (one transaction)."""
-        chosen = self._partitions.values() if partitions is None else partitions
-        changed = {
-            f"{p.topic}-{p.index}": p.high_watermark
-            for p in chosen
-            if self._saved_high_watermarks.get(f"{p.topic}-{p.index}") != p.high_watermark
-        }
-        if changed:
-            self._checkpoints.put_many(_HIGH_WATERMARKS, changed)
-            self._saved_high_watermarks.update(changed)
+    def _write_checkpoints(self, taken: _Checkpoints, *, background: bool = False) -> None:
+        """Write what ``_take_checkpoints`` took, one transaction per kind. The lazily written
+        leader epochs go first: an epoch that starts below a checkpointed recovery point is
+        never rebuilt from the log at the next start, so it must be durable before that
+        checkpoint is. ``background``: on the file worker thread (when a loop runs), whose
+        jobs keep their order; ``close`` waits for them."""
+        if not any(taken):
+            return
+        if background:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                self._checkpoint_job = self._file_worker.submit(self._write_now, taken)
+                return
+        self._write_now(taken)
 
-    def write_pending_epochs(self) -> None:
-        """Write the leader-epoch caches that grew since they were last written (one
-        transaction)."""
-        if self._epochs_pending:
-            pending, self._epochs_pending = self._epochs_pending, {}
-            self._checkpoints.put_many_json(_LEADER_EPOCHS, pending)
+    def _write_now(self, taken: _Checkpoints) -> None:
+        epochs, points, watermarks, snapshots = taken
+        try:
+            if epochs:
+                self._checkpoints.put_many_json(_LEADER_EPOCHS, epochs)
+            if points:
+                self._checkpoints.put_many(_RECOVERY_POINTS, points)
+            if watermarks:
+                self._checkpoints.put_many(_HIGH_WATERMARKS, watermarks)
+            if snapshots:
+                # One transaction (one fsync) for every partition appended to since the last run.
+                self._checkpoints.put_many_json(_PRODUCER_STATE, snapshots)
+        except Exception:
+            log.exception("writing checkpoints failed")
+            raise
 
-    def checkpoint_recovery_points(self, partitions: Iterable[Partition] | None = None) -> None:
-        """Write the recovery points of ``partitions`` (default: all) that changed since the
-        last checkpoint (one transaction). The lazily written leader epochs go first: an epoch
-        that starts below a checkpointed recovery point is never rebuilt from the log at the
-        next start, so it must be durable before that checkpoint is."""
-        self.write_pending_epochs()
-        chosen = self._partitions.values() if partitions is None else partitions
-        points = {
-            f"{p.topic}-{p.index}": p.log.recovery_point
-            for p in chosen
-            if isinstance(p.log, PartitionLog)
-        }
-        changed = {
-            key: point
-            for key, point in points.items()
-            if self._saved_recovery_points.get(key) != point
-        }
-        if changed:
-            self._checkpoints.put_many(_RECOVERY_POINTS, changed)
-            self._saved_recovery_points.update(changed)
+    def checkpoint_all(self) -> None:
+        """Write now every checkpoint that moved (the final one, at close)."""
+        self._write_checkpoints(self._take_checkpoints(None))
 
     async def close(self) -> None:
         for session in list(self._sessions):
@@ -709,9 +729,10 @@ class ReplicaManager:
                 partition.log.flush()
             except OSError:
                 log.exception("final flush of %s-%d failed", partition.topic, partition.index)
-        self.checkpoint_recovery_points()
-        self.checkpoint_high_watermarks()
-        self.snapshot_producer_states()
+        if self._checkpoint_job is not None:
+            # The last background checkpoint first: jobs and this final one stay in order.
+            await asyncio.wrap_future(self._checkpoint_job)
+        self.checkpoint_all()
         for partition in self._partitions.values():
             partition.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             partition.log.close()

@@ -12,7 +12,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from tests.integration.cluster_helpers import active_controller, create_topic, partitions
+from flux.protocol.errors import ErrorCode
+
+from tests.integration.cluster_helpers import active_controller, create_topic, metadata, partitions
 from tests.integration.helpers import wait_until
 
 TOPIC = "wide"
@@ -22,6 +24,9 @@ VALUES = 2 * PARTITIONS
 
 
 def _all_in_sync(node, replicas: int) -> bool:
+    answer = metadata(node, [TOPIC])["topics"][0]
+    if answer["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return False  # as in Kafka, a broker learns of a new topic after CreateTopics answers
     found = partitions(node, TOPIC)
     return len(found) == PARTITIONS and all(
         p["leader_id"] >= 0 and len(p["isr_nodes"]) == replicas for p in found

@@ -140,7 +140,7 @@ def test_epochs_are_written_before_the_recovery_point_that_covers_them(tmp_path:
     assert manager._epochs_pending == {"t-0": [(4, 0)]}
     # ... but with the recovery-point checkpoint, first.
     partition.log.flush()
-    manager.checkpoint_recovery_points()
+    manager.checkpoint_all()
     assert manager._epochs_pending == {}
     asyncio.run(manager.close())
     assert _epochs_in_lmdb(tmp_path, "t-0") == [[4, 0]]
