@@ -179,7 +179,7 @@ def _wrk_publish(nodes: list[NodeProcess], seconds: float, connections: int) -> 
                     "wrk",
                     "-t1",
                     f"-c{share}",
-                    f"-d{seconds}s",
+                    f"-d{max(1, round(seconds))}s",
                     "--latency",
                     "-s",
                     str(script),
@@ -195,7 +195,10 @@ def _wrk_publish(nodes: list[NodeProcess], seconds: float, connections: int) -> 
     runs = []
     for process in processes:
         out, _ = process.communicate(timeout=seconds + 60)
-        runs.append(json.loads(out.strip().splitlines()[-1]))
+        last = [line for line in out.splitlines() if line.startswith('{"requests"')]
+        if not last:
+            raise RuntimeError(f"wrk printed no figures:\n{out}")
+        runs.append(json.loads(last[-1]))
     ok = sum(run["requests"] - run["status_errors"] for run in runs)
     duration_s = max(run["duration_us"] for run in runs) / 1e6
     return {

@@ -63,6 +63,9 @@ MAX_REMEMBERED_TOPIC_CONFIGS = 1024
 #: directories and first segment files created on the file worker thread before it is applied
 #: (``prepare_image``); fewer are created inline, as part of applying it.
 PREPARE_OFF_LOOP_MIN = 32
+#: A flush pass whose checkpoints hold at least this many entries writes them on the file
+#: worker thread instead of the event loop.
+BACKGROUND_CHECKPOINT_MIN = 1000
 
 log = logging.getLogger("flux.cluster.replicas")
 
@@ -640,9 +643,9 @@ class ReplicaManager:
         """Apply each changed log's ``flush.ms`` policy, then checkpoint recovery points, high
         watermarks and producer states that moved (by these flushes, by ``flush.messages``,
         or by segment rolls). Visits only the partitions that changed since the last run, and
-        those whose ``flush.ms`` is still counting. The checkpoints are taken here and written
-        (JSON, LMDB, fsync) on the file worker thread when an event loop runs: after a burst
-        over 10,000 partitions that was most of a second of the event loop's time."""
+        those whose ``flush.ms`` is still counting. The checkpoints are taken here; big ones
+        are written (JSON, LMDB, fsync) on the file worker thread when an event loop runs:
+        after a burst over 10,000 partitions that was most of a second of the loop's time."""
         due, self._flush_due = self._flush_due, set()
         for partition in due:
             try:
@@ -651,7 +654,13 @@ class ReplicaManager:
                     self._flush_due.add(partition)
             except OSError:
                 log.exception("flush of %s-%d failed", partition.topic, partition.index)
-        self._write_checkpoints(self._take_checkpoints(due), background=True)
+        taken = self._take_checkpoints(due)
+        pending = self._checkpoint_job is not None and not self._checkpoint_job.done()
+        # Small checkpoints are written here (a worker thread would contend for the GIL with
+        # the event loop for nothing); big ones, and any behind a job still running (they
+        # keep their order), on the file worker.
+        big = sum(len(kind) for kind in taken) >= BACKGROUND_CHECKPOINT_MIN
+        self._write_checkpoints(taken, background=big or pending)
 
     def _take_checkpoints(self, partitions: Iterable[Partition] | None) -> _Checkpoints:
         """What moved since the last checkpoint, among ``partitions`` (default: all):
