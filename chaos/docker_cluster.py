@@ -653,13 +653,28 @@ class DockerCluster:
         self.state_path.write_text(json.dumps(state, indent=2))
 
 
-def free_base_port(host_ports_from: int = 20000, host_ports_to: int = 40000) -> int:
-    """A base port whose every host port (``Ports(base).all()``) is free on 127.0.0.1 now."""
+def free_base_port(host_ports_from: int = 20000, host_ports_to: int | None = None) -> int:
+    """A base port whose every host port (``Ports(base).all()``) is free on 127.0.0.1 now,
+    all of them below the kernel's ephemeral range (by default): a port in that range can be
+    taken by any outgoing connection between this check and Docker publishing it, and then
+    ``docker-compose up`` fails (seen in CI with base 32725, whose HTTP ports were 32925+)."""
+    span = max(port for port, _ in Ports(0).all())
+    if host_ports_to is None:
+        host_ports_to = _ephemeral_start() - span - 1
     for _ in range(200):
-        base = random.randrange(host_ports_from, host_ports_to)
+        base = random.randrange(host_ports_from, max(host_ports_from + 1, host_ports_to))
         if all(_port_free(port) for port, _ in Ports(base).all()):
             return base
     raise DockerError("found no free range of host ports")
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _port_free(port: int) -> bool:
