@@ -269,6 +269,14 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
+def _error_lines(text: str) -> str:
+    """docker-compose's ``ERROR`` lines (the cause, e.g. a port already allocated) and its
+    last line (often only "Encountered errors while bringing up the project.")."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    errors = [line for line in lines[:-1] if "error" in line.lower()][-3:]
+    return "; ".join([*errors, _last_line(text)])
+
+
 # -- the cluster -------------------------------------------------------------------------------
 
 
@@ -639,7 +647,7 @@ class DockerCluster:
         )
         if done.returncode != 0:
             message = done.stderr.strip() or done.stdout.strip()
-            raise DockerError(f"{' '.join(command[:2])} {args[0]} failed: {_last_line(message)}")
+            raise DockerError(f"{' '.join(command[:2])} {args[0]} failed: {_error_lines(message)}")
 
     def _load_state(self) -> dict[str, Any] | None:
         try:

@@ -217,8 +217,12 @@ def _end_offset(bootstrap: str, topic: str, partition: int) -> int:
         consumer.close()
 
 
-def _read_partition(bootstrap: str, topic: str, partition: int) -> list[bytes]:
-    """Every value of ``topic``/``partition`` up to its high watermark."""
+def _read_partition(
+    bootstrap: str, topic: str, partition: int, at_least: int = 0
+) -> list[bytes]:
+    """Every value of ``topic``/``partition`` up to its high watermark, once this consumer
+    sees it at ``at_least`` or more (a leader just elected may still answer with the high
+    watermark it knew as a follower, and another client may have asked the old leader)."""
     from confluent_kafka import TopicPartition
 
     consumer = confluent_kafka.Consumer(
@@ -227,6 +231,10 @@ def _read_partition(bootstrap: str, topic: str, partition: int) -> list[bytes]:
     )  # fmt: skip
     try:
         high = _high_watermark(consumer, TopicPartition(topic, partition))
+        deadline = time.monotonic() + 60
+        while high < at_least and time.monotonic() < deadline:
+            time.sleep(0.25)
+            high = _high_watermark(consumer, TopicPartition(topic, partition))
         consumer.assign([TopicPartition(topic, partition, 0)])
         values: list[bytes] = []
         deadline = time.monotonic() + 60
@@ -418,7 +426,7 @@ def test_partitioned_leader_loses_leadership_and_rejoins_truncated(cluster: Clus
         "the new leader's high watermark to cover the acked writes",
     )
     # Served by the healed node itself: its divergent tail is gone, every acked write is there.
-    values = _read_partition(cluster.bootstrap, topic, partition)
+    values = _read_partition(cluster.bootstrap, topic, partition, at_least=100)
     assert not [v for v in values if v.startswith(b"divergent-")], values[-10:]
     assert values == [b"before-%d" % i for i in range(50)] + after
 

@@ -14,3 +14,18 @@ def test_every_published_port_is_below_the_ephemeral_range() -> None:
         base = free_base_port()
         assert base >= 20000
         assert max(port for port, _ in Ports(base).all()) < ephemeral
+
+
+def test_a_compose_failure_names_its_cause() -> None:
+    from flux.chaos.docker_cluster import _error_lines
+
+    output = (
+        "Creating fluxtest_flux1_1 ... done\n"
+        "ERROR: for flux2  Cannot start service flux2: Bind for 0.0.0.0:32926 failed: "
+        "port is already allocated\n"
+        "Encountered errors while bringing up the project.\n"
+    )
+    message = _error_lines(output)
+    assert "port is already allocated" in message
+    assert message.endswith("Encountered errors while bringing up the project.")
+    assert _error_lines("only line") == "only line"

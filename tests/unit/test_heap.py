@@ -25,7 +25,7 @@ def test_freeze_and_release_follow_the_images() -> None:
         assert gc.get_threshold() == THRESHOLDS
         gc.unfreeze()
         policy.settle()
-        assert gc.get_freeze_count() > 0 and policy.frozen == gc.get_freeze_count()
+        assert gc.get_freeze_count() > 0 and policy.frozen > 0
 
         kept = [_Node() for _ in range(1000)]
         watched = weakref.ref(kept[0])
