@@ -341,7 +341,7 @@ class ReplicaManager:
         # point is no guide here.)
         for info in partition_log.batch_infos(min(recovery_point, partition_log.log_end_offset)):
             epochs.assign(info.partition_leader_epoch, info.base_offset)
-        producers = self._load_producer_state(key, partition_log)
+        producers = self._load_producer_state(key, partition_log, stale=removed)
         partition = Partition(
             broker_id=self._broker_id,
             topic=topic.name,
@@ -398,14 +398,14 @@ class ReplicaManager:
             self._checkpoints.put_json(_LEADER_EPOCHS, key, entries)
 
     def _load_producer_state(
-        self, key: str, partition_log: PartitionLog | MemoryLog
+        self, key: str, partition_log: PartitionLog | MemoryLog, *, stale: bool = False
     ) -> ProducerStateManager:
         """The snapshot from LMDB, brought up to the log end by replaying batch headers (all
         of them when there is no usable snapshot)."""
         start = partition_log.log_start_offset
         producers = ProducerStateManager(last_offset=start)
-        removed = self._checkpoint_deletes is not None and key in self._checkpoint_deletes
-        snapshot = None if removed else self._checkpoints.get_json(_PRODUCER_STATE, key)
+        # ``stale``: the snapshot stored under this key is a removed replica's.
+        snapshot = None if stale else self._checkpoints.get_json(_PRODUCER_STATE, key)
         if snapshot is not None:
             try:
                 loaded = ProducerStateManager.from_snapshot(snapshot)

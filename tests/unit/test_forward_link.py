@@ -10,7 +10,9 @@ integration tests, which forward through these links).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -71,13 +73,24 @@ class _Leader:
         await self.runner.cleanup()
 
 
+@contextlib.asynccontextmanager
+async def _linked() -> AsyncIterator[tuple[_Leader, ForwardLinks]]:
+    """A running leader and this broker's links to it, all closed at the end."""
+    leader = _Leader()
+    await leader.start()
+    peers = BrokerPeers(lambda: _image(leader.port), broker_id=2)
+    links = ForwardLinks(peers)
+    try:
+        yield leader, links
+    finally:
+        await links.close()
+        await peers.close()
+        await leader.stop()
+
+
 def test_many_calls_share_one_link_and_get_their_own_answers() -> None:
     async def run() -> None:
-        leader = _Leader()
-        await leader.start()
-        peers = BrokerPeers(lambda: _image(leader.port), broker_id=2)
-        links = ForwardLinks(peers)
-        try:
+        async with _linked() as (leader, links):
             answers = await asyncio.gather(
                 *(links.produce(LEADER, "t", i % 3, [f"r{i}"], timeout_s=5) for i in range(60))
             )
@@ -90,21 +103,13 @@ def test_many_calls_share_one_link_and_get_their_own_answers() -> None:
                 421,
                 {"error": "not the leader", "leader": 3},
             )
-        finally:
-            await links.close()
-            await peers.close()
-            await leader.stop()
 
     asyncio.run(run())
 
 
 def test_a_broken_link_fails_its_calls_and_the_next_call_reconnects() -> None:
     async def run() -> None:
-        leader = _Leader()
-        await leader.start()
-        peers = BrokerPeers(lambda: _image(leader.port), broker_id=2)
-        links = ForwardLinks(peers)
-        try:
+        async with _linked() as (leader, links):
             assert (await links.produce(LEADER, "t", 0, ["a"], timeout_s=5))[0] == 200
             leader.hold.clear()  # the next call stays pending at the leader
             waiting = asyncio.ensure_future(links.produce(LEADER, "t", 0, ["b"], timeout_s=5))
@@ -118,30 +123,18 @@ def test_a_broken_link_fails_its_calls_and_the_next_call_reconnects() -> None:
             await leader.start(port)
             assert (await links.produce(LEADER, "t", 0, ["c"], timeout_s=5))[0] == 200
             assert leader.links_opened == 2
-        finally:
-            await links.close()
-            await peers.close()
-            await leader.stop()
 
     asyncio.run(run())
 
 
 def test_a_call_to_an_unknown_or_silent_broker_is_unavailable() -> None:
     async def run() -> None:
-        leader = _Leader()
-        await leader.start()
-        peers = BrokerPeers(lambda: _image(leader.port), broker_id=2)
-        links = ForwardLinks(peers)
-        try:
+        async with _linked() as (leader, links):
             with pytest.raises(PeerUnavailableError, match="not live"):
                 await links.produce(7, "t", 0, ["a"], timeout_s=5)
             leader.hold.clear()
             with pytest.raises(PeerUnavailableError, match="did not answer"):
                 await links.produce(LEADER, "t", 0, ["a"], timeout_s=0.2)
             leader.hold.set()
-        finally:
-            await links.close()
-            await peers.close()
-            await leader.stop()
 
     asyncio.run(run())
