@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 
 from flux.protocol.errors import CorruptRecordError
-from flux.protocol.records import BatchHeader, Compression, decode_records, iter_batches
+from flux.protocol.records import BatchHeader, Compression, decode_record_fields, iter_batches
 
 __all__ = [
     "MAX_ID_BYTES",
@@ -67,10 +67,12 @@ def message_ids_in(batch: bytes | memoryview, header: BatchHeader) -> list[tuple
     if header.compression is Compression.NONE and _HEADER_BYTES not in raw:
         return []
     found = []
-    for record in decode_records(raw, verify_crc=False):
-        for key, value in record.headers:
+    base = header.base_offset
+    # Plain tuples, not ``Record`` objects: every replica runs this for every batch with ids.
+    for offset, _, _, _, headers in decode_record_fields(raw, verify_crc=False):
+        for key, value in headers:
             if key == MESSAGE_ID_HEADER and value and len(value) <= MAX_ID_BYTES:
-                found.append((record.offset - header.base_offset, value.decode("utf-8", "replace")))
+                found.append((offset - base, value.decode("utf-8", "replace")))
                 break
     return found
 
@@ -122,16 +124,22 @@ class MessageIdIndex:
             self._ids.popitem(last=False)
 
     def observe_batches(
-        self, records: bytes | memoryview, *, base_offset: int | None = None
+        self,
+        records: bytes | memoryview,
+        *,
+        base_offset: int | None = None,
+        ids: list[list[tuple[int, str]]] | None = None,
     ) -> None:
         """Remember the ids of appended batches. ``base_offset``: where the log placed the
-        first batch (a leader's append); None keeps the batches' own offsets (replication)."""
+        first batch (a leader's append); None keeps the batches' own offsets (replication).
+        ``ids``: ``message_ids_in`` of each batch, when the caller already decoded them."""
         offset = base_offset
         end = self.covered_end
-        for header, raw in iter_batches(records, allow_partial_tail=False):
+        for position, (header, raw) in enumerate(iter_batches(records, allow_partial_tail=False)):
             base = header.base_offset if offset is None else offset
             if self.enabled:
-                for delta, message_id in message_ids_in(raw, header):
+                found = message_ids_in(raw, header) if ids is None else ids[position]
+                for delta, message_id in found:
                     self.remember(message_id, base + delta)
             end = base + header.last_offset_delta + 1
             if offset is not None:

@@ -194,11 +194,14 @@ class Partition:
         assert self.is_leader, "only a leader appends client batches"
         headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
         with_ids = self.dedup.enabled and may_carry_ids(records, headers)
+        ids: list[list[tuple[int, str]]] | None = None
         if with_ids:
             deduplicated = self._drop_duplicate_ids(records)
             if isinstance(deduplicated, AppendResult):
                 return deduplicated
-            if deduplicated is not records:
+            if isinstance(deduplicated, list):
+                ids = deduplicated  # nothing dropped: the ids already decoded, per batch
+            else:
                 records = deduplicated
                 headers = [h for h, _ in iter_batches(records, allow_partial_tail=False)]
         if isinstance(self.log, MemoryLog):
@@ -239,7 +242,7 @@ class Partition:
         result = self.log.append(records, leader_epoch=self.leader_epoch)
         self._record_producers(headers, first_offset=result.base_offset)
         if with_ids:
-            self.dedup.observe_batches(records, base_offset=result.base_offset)
+            self.dedup.observe_batches(records, base_offset=result.base_offset, ids=ids)
         else:
             self.dedup.covered_end = self.log_end_offset
         self.maybe_advance_high_watermark()
@@ -248,21 +251,28 @@ class Partition:
         self.on_change(self)
         return result
 
-    def _drop_duplicate_ids(self, records: bytes | memoryview) -> bytes | memoryview | AppendResult:
+    def _drop_duplicate_ids(
+        self, records: bytes | memoryview
+    ) -> list[list[tuple[int, str]]] | bytes | AppendResult:
         """Leave out records whose ``flux-msg-id`` was stored within the dedup window.
 
         A request whose every record is such a repeat is answered with the offsets first given
         to them (nothing is appended). A batch of which only some records repeat is re-encoded
         without them, unless it is idempotent or transactional: its sequence numbers must stay
         as the producer wrote them, so it is appended whole (documented in docs/http-api.md).
+        Returns the re-encoded records, or, when nothing was left out, the ids found in each
+        batch (``message_ids_in``), so the append does not decode them again.
         """
         batches = list(iter_batches(records, allow_partial_tail=False))
         kept: list[bytes | memoryview] = []
         original: list[int] = []
         changed = False
         seen: set[str] = set()
+        found: list[list[tuple[int, str]]] = []
         for header, raw in batches:
-            ids = dict(message_ids_in(raw, header))
+            batch_ids = message_ids_in(raw, header)
+            found.append(batch_ids)
+            ids = dict(batch_ids)
             repeats = {}
             for delta, message_id in ids.items():
                 stored = self.dedup.lookup(message_id)
@@ -282,7 +292,7 @@ class Partition:
                 kept.append(_without_records(raw, set(repeats)))
                 changed = True
         if not changed:
-            return records
+            return found
         if not kept:
             first = min(original) if original else self.log_end_offset
             last = max(original) if original else first
