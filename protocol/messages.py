@@ -780,6 +780,164 @@ OFFSET_FOR_LEADER_EPOCH_RESPONSE = Message(
     ),
 )
 
+# -------------------------------------------------------------- AddPartitionsToTxn (24)
+
+# v0-3 are the client's form: one transaction, its fields prefixed "V3AndBelow" (body keys
+# ``v3_and_below_transactional_id``, ..., ``v3_and_below_topics``). v4+ is the brokers' batched
+# form (KIP-890): a ``transactions`` array, with ``verify_only`` per transaction.
+
+
+def _add_partitions_to_txn_topics(name: str, versions: str) -> Field:
+    # Kafka's common struct AddPartitionsToTxnTopic.
+    return f(
+        name, "[]AddPartitionsToTxnTopic", versions,
+        f("Name", "string", "0+"),
+        f("Partitions", "[]int32", "0+"),
+    )
+
+
+def _add_partitions_to_txn_topic_results(name: str, versions: str) -> Field:
+    # Kafka's common structs AddPartitionsToTxnTopicResult and AddPartitionsToTxnPartitionResult.
+    return f(
+        name, "[]AddPartitionsToTxnTopicResult", versions,
+        f("Name", "string", "0+"),
+        f("ResultsByPartition", "[]AddPartitionsToTxnPartitionResult", "0+",
+            f("PartitionIndex", "int32", "0+"),
+            f("PartitionErrorCode", "int16", "0+"),
+        ),
+    )
+
+
+ADD_PARTITIONS_TO_TXN_REQUEST = Message(
+    "AddPartitionsToTxnRequest", 24, "0-5", "3+",
+    f("Transactions", "[]AddPartitionsToTxnTransaction", "4+",
+        f("TransactionalId", "string", "4+"),
+        f("ProducerId", "int64", "4+"),
+        f("ProducerEpoch", "int16", "4+"),
+        f("VerifyOnly", "bool", "4+", default="false"),
+        _add_partitions_to_txn_topics("Topics", "4+"),
+    ),
+    f("V3AndBelowTransactionalId", "string", "0-3"),
+    f("V3AndBelowProducerId", "int64", "0-3"),
+    f("V3AndBelowProducerEpoch", "int16", "0-3"),
+    _add_partitions_to_txn_topics("V3AndBelowTopics", "0-3"),
+)
+
+ADD_PARTITIONS_TO_TXN_RESPONSE = Message(
+    "AddPartitionsToTxnResponse", 24, "0-5", "3+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "4+"),
+    f("ResultsByTransaction", "[]AddPartitionsToTxnResult", "4+",
+        f("TransactionalId", "string", "4+"),
+        _add_partitions_to_txn_topic_results("TopicResults", "4+"),
+    ),
+    # Body key ``results_by_topic_v3_and_below``.
+    _add_partitions_to_txn_topic_results("ResultsByTopicV3AndBelow", "0-3"),
+)
+
+# ----------------------------------------------------------------- AddOffsetsToTxn (25)
+
+ADD_OFFSETS_TO_TXN_REQUEST = Message(
+    "AddOffsetsToTxnRequest", 25, "0-4", "3+",
+    f("TransactionalId", "string", "0+"),
+    f("ProducerId", "int64", "0+"),
+    f("ProducerEpoch", "int16", "0+"),
+    f("GroupId", "string", "0+"),
+)
+
+ADD_OFFSETS_TO_TXN_RESPONSE = Message(
+    "AddOffsetsToTxnResponse", 25, "0-4", "3+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "0+"),
+)
+
+# -------------------------------------------------------------------------- EndTxn (26)
+
+END_TXN_REQUEST = Message(
+    "EndTxnRequest", 26, "0-5", "3+",
+    f("TransactionalId", "string", "0+"),
+    f("ProducerId", "int64", "0+"),
+    f("ProducerEpoch", "int16", "0+"),
+    f("Committed", "bool", "0+"),
+)
+
+# v5 (KIP-890 part 2): the epoch is bumped at the end of every transaction; the response
+# carries the producer id and epoch to use next.
+END_TXN_RESPONSE = Message(
+    "EndTxnResponse", 26, "0-5", "3+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "0+"),
+    f("ProducerId", "int64", "5+", default="-1"),
+    f("ProducerEpoch", "int16", "5+", default="-1"),
+)
+
+# ----------------------------------------------------------------- WriteTxnMarkers (27)
+
+# Coordinator to partition leaders. Kafka 4 dropped v0 (its JSON now says "1-2") without
+# changing a field; v0 is described here as older brokers speak it.
+WRITE_TXN_MARKERS_REQUEST = Message(
+    "WriteTxnMarkersRequest", 27, "0-2", "1+",
+    f("Markers", "[]WritableTxnMarker", "0+",
+        f("ProducerId", "int64", "0+"),
+        f("ProducerEpoch", "int16", "0+"),
+        f("TransactionResult", "bool", "0+"),
+        f("Topics", "[]WritableTxnMarkerTopic", "0+",
+            f("Name", "string", "0+"),
+            f("PartitionIndexes", "[]int32", "0+"),
+        ),
+        f("CoordinatorEpoch", "int32", "0+"),
+        f("TransactionVersion", "int8", "2+", default="0"),
+    ),
+)
+
+WRITE_TXN_MARKERS_RESPONSE = Message(
+    "WriteTxnMarkersResponse", 27, "0-2", "1+",
+    f("Markers", "[]WritableTxnMarkerResult", "0+",
+        f("ProducerId", "int64", "0+"),
+        f("Topics", "[]WritableTxnMarkerTopicResult", "0+",
+            f("Name", "string", "0+"),
+            f("Partitions", "[]WritableTxnMarkerPartitionResult", "0+",
+                f("PartitionIndex", "int32", "0+"),
+                f("ErrorCode", "int16", "0+"),
+            ),
+        ),
+    ),
+)
+
+# ----------------------------------------------------------------- TxnOffsetCommit (28)
+
+TXN_OFFSET_COMMIT_REQUEST = Message(
+    "TxnOffsetCommitRequest", 28, "0-5", "3+",
+    f("TransactionalId", "string", "0+"),
+    f("GroupId", "string", "0+"),
+    f("ProducerId", "int64", "0+"),
+    f("ProducerEpoch", "int16", "0+"),
+    f("GenerationId", "int32", "3+", default="-1"),
+    f("MemberId", "string", "3+", default=""),
+    f("GroupInstanceId", "string", "3+", nullable="3+", default="null"),
+    f("Topics", "[]TxnOffsetCommitRequestTopic", "0+",
+        f("Name", "string", "0+"),
+        f("Partitions", "[]TxnOffsetCommitRequestPartition", "0+",
+            f("PartitionIndex", "int32", "0+"),
+            f("CommittedOffset", "int64", "0+"),
+            f("CommittedLeaderEpoch", "int32", "2+", default="-1"),
+            f("CommittedMetadata", "string", "0+", nullable="0+"),
+        ),
+    ),
+)
+
+TXN_OFFSET_COMMIT_RESPONSE = Message(
+    "TxnOffsetCommitResponse", 28, "0-5", "3+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("Topics", "[]TxnOffsetCommitResponseTopic", "0+",
+        f("Name", "string", "0+"),
+        f("Partitions", "[]TxnOffsetCommitResponsePartition", "0+",
+            f("PartitionIndex", "int32", "0+"),
+            f("ErrorCode", "int16", "0+"),
+        ),
+    ),
+)
+
 # ---------------------------------------------------------------- CreatePartitions (37)
 
 CREATE_PARTITIONS_REQUEST = Message(
@@ -872,6 +1030,84 @@ OFFSET_DELETE_RESPONSE = Message(
             f("PartitionIndex", "int32", "0+"),
             f("ErrorCode", "int16", "0+"),
         ),
+    ),
+)
+
+# --------------------------------------------------------------- DescribeProducers (61)
+
+DESCRIBE_PRODUCERS_REQUEST = Message(
+    "DescribeProducersRequest", 61, "0", "0+",
+    f("Topics", "[]TopicRequest", "0+",
+        f("Name", "string", "0+"),
+        f("PartitionIndexes", "[]int32", "0+"),
+    ),
+)
+
+DESCRIBE_PRODUCERS_RESPONSE = Message(
+    "DescribeProducersResponse", 61, "0", "0+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("Topics", "[]TopicResponse", "0+",
+        f("Name", "string", "0+"),
+        f("Partitions", "[]PartitionResponse", "0+",
+            f("PartitionIndex", "int32", "0+"),
+            f("ErrorCode", "int16", "0+"),
+            f("ErrorMessage", "string", "0+", nullable="0+", default="null"),
+            f("ActiveProducers", "[]ProducerState", "0+",
+                f("ProducerId", "int64", "0+"),
+                f("ProducerEpoch", "int32", "0+"),  # int32 here, as in Kafka
+                f("LastSequence", "int32", "0+", default="-1"),
+                f("LastTimestamp", "int64", "0+", default="-1"),
+                f("CoordinatorEpoch", "int32", "0+"),
+                f("CurrentTxnStartOffset", "int64", "0+", default="-1"),
+            ),
+        ),
+    ),
+)
+
+# ------------------------------------------------------------ DescribeTransactions (65)
+
+DESCRIBE_TRANSACTIONS_REQUEST = Message(
+    "DescribeTransactionsRequest", 65, "0", "0+",
+    f("TransactionalIds", "[]string", "0+"),
+)
+
+DESCRIBE_TRANSACTIONS_RESPONSE = Message(
+    "DescribeTransactionsResponse", 65, "0", "0+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("TransactionStates", "[]TransactionState", "0+",
+        f("ErrorCode", "int16", "0+"),
+        f("TransactionalId", "string", "0+"),
+        f("TransactionState", "string", "0+"),
+        f("TransactionTimeoutMs", "int32", "0+"),
+        f("TransactionStartTimeMs", "int64", "0+"),
+        f("ProducerId", "int64", "0+"),
+        f("ProducerEpoch", "int16", "0+"),
+        f("Topics", "[]TopicData", "0+",
+            f("Topic", "string", "0+"),
+            f("Partitions", "[]int32", "0+"),
+        ),
+    ),
+)
+
+# ---------------------------------------------------------------- ListTransactions (66)
+
+LIST_TRANSACTIONS_REQUEST = Message(
+    "ListTransactionsRequest", 66, "0-2", "0+",
+    f("StateFilters", "[]string", "0+"),
+    f("ProducerIdFilters", "[]int64", "0+"),
+    f("DurationFilter", "int64", "1+", default="-1"),
+    f("TransactionalIdPattern", "string", "2+", nullable="2+", default="null"),
+)
+
+LIST_TRANSACTIONS_RESPONSE = Message(
+    "ListTransactionsResponse", 66, "0-2", "0+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "0+"),
+    f("UnknownStateFilters", "[]string", "0+"),
+    f("TransactionStates", "[]TransactionState", "0+",
+        f("TransactionalId", "string", "0+"),
+        f("ProducerId", "int64", "0+"),
+        f("TransactionState", "string", "0+"),
     ),
 )
 
@@ -1078,10 +1314,18 @@ REQUESTS: dict[int, Message] = {
         DELETE_RECORDS_REQUEST,
         INIT_PRODUCER_ID_REQUEST,
         OFFSET_FOR_LEADER_EPOCH_REQUEST,
+        ADD_PARTITIONS_TO_TXN_REQUEST,
+        ADD_OFFSETS_TO_TXN_REQUEST,
+        END_TXN_REQUEST,
+        WRITE_TXN_MARKERS_REQUEST,
+        TXN_OFFSET_COMMIT_REQUEST,
         CREATE_PARTITIONS_REQUEST,
         DELETE_GROUPS_REQUEST,
         INCREMENTAL_ALTER_CONFIGS_REQUEST,
         OFFSET_DELETE_REQUEST,
+        DESCRIBE_PRODUCERS_REQUEST,
+        DESCRIBE_TRANSACTIONS_REQUEST,
+        LIST_TRANSACTIONS_REQUEST,
         SASL_HANDSHAKE_REQUEST,
         SASL_AUTHENTICATE_REQUEST,
         DESCRIBE_ACLS_REQUEST,
@@ -1117,10 +1361,18 @@ RESPONSES: dict[int, Message] = {
         DELETE_RECORDS_RESPONSE,
         INIT_PRODUCER_ID_RESPONSE,
         OFFSET_FOR_LEADER_EPOCH_RESPONSE,
+        ADD_PARTITIONS_TO_TXN_RESPONSE,
+        ADD_OFFSETS_TO_TXN_RESPONSE,
+        END_TXN_RESPONSE,
+        WRITE_TXN_MARKERS_RESPONSE,
+        TXN_OFFSET_COMMIT_RESPONSE,
         CREATE_PARTITIONS_RESPONSE,
         DELETE_GROUPS_RESPONSE,
         INCREMENTAL_ALTER_CONFIGS_RESPONSE,
         OFFSET_DELETE_RESPONSE,
+        DESCRIBE_PRODUCERS_RESPONSE,
+        DESCRIBE_TRANSACTIONS_RESPONSE,
+        LIST_TRANSACTIONS_RESPONSE,
         SASL_HANDSHAKE_RESPONSE,
         SASL_AUTHENTICATE_RESPONSE,
         DESCRIBE_ACLS_RESPONSE,
