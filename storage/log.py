@@ -62,6 +62,8 @@ from flux.storage.limits import (
     TAIL_CACHE_APPENDS,
     TAIL_CACHE_BYTES,
 )
+from flux.storage.txn_index import INDEX_FILE as TXN_INDEX_FILE
+from flux.storage.txn_index import AbortedTxnIndex
 
 __all__ = ["PartitionLog", "MemoryLog", "Log"]
 
@@ -113,6 +115,9 @@ class _SegmentedLog:
         # Whatever removes or rewrites stored batches calls _forget_tail.
         self._tail: deque[tuple[int, int, bytes, list[BatchMeta]]] = deque()
         self._tail_bytes = 0
+        #: The aborted transactions of this log (``storage.txn_index``): truncated with the
+        #: log, its entries below the log start dropped when the log start moves.
+        self.txn_index = AbortedTxnIndex()
         self._check_invariants()
 
     #: Bytes of recent appends kept in memory (0: none; the memory log reads RAM anyway).
@@ -403,6 +408,7 @@ class _SegmentedLog:
             return
         self._drop_tail(i + 1)
         segment.truncate_at(position, boundary)
+        self.txn_index.truncate_to(boundary)
         self._recovery_point = min(self._recovery_point, boundary)
         self._after_truncate()
         logger.info("%s: truncated to offset %d", self, boundary)
@@ -421,6 +427,7 @@ class _SegmentedLog:
         self._bases.append(offset)
         self._log_start_offset = offset
         self._persist_log_start_offset()
+        self.txn_index.truncate_to(0)
         self._recovery_point = offset
         self._after_truncate()
         logger.info("%s: truncated fully, restarting at offset %d", self, offset)
@@ -437,6 +444,7 @@ class _SegmentedLog:
             return self._log_start_offset
         self._log_start_offset = offset
         self._persist_log_start_offset()
+        self.txn_index.drop_before(offset)
         deleted = self._delete_prefix(lambda segment: segment.next_offset <= self._log_start_offset)
         if deleted:
             self._sync_directory()
@@ -514,6 +522,7 @@ class _SegmentedLog:
         del self._segments[:count]
         del self._bases[:count]
         self._log_start_offset = max(self._log_start_offset, self._bases[0])
+        self.txn_index.drop_before(self._log_start_offset)
 
     def _drop_tail(self, index: int) -> None:
         # Newest first, so a crash midway leaves a contiguous prefix.
@@ -580,6 +589,7 @@ class _SegmentedLog:
     def _release(self) -> None:
         for segment in self._segments:
             segment.close()
+        self.txn_index.close()
         self._closed = True
 
     def _check_open(self) -> None:
@@ -755,6 +765,7 @@ class PartitionLog(_SegmentedLog):
                 directory, 0, config.index_interval_bytes, fresh=True, fd=segment_fd
             )
             log = cls(directory, config, clock_ms, [segment], 0, 0)
+            log.txn_index = AbortedTxnIndex(directory / TXN_INDEX_FILE)
             log._directory_dirty = True  # the first flush syncs the directory and the files
             return log
         directory.mkdir(parents=True, exist_ok=True)
@@ -771,6 +782,9 @@ class PartitionLog(_SegmentedLog):
         end = segments[-1].next_offset
         log_start_offset = min(max(persisted_start or 0, segments[0].base_offset), end)
         log = cls(directory, config, clock_ms, segments, log_start_offset, min(recovery_point, end))
+        log.txn_index = AbortedTxnIndex.open(directory / TXN_INDEX_FILE)
+        log.txn_index.truncate_to(end)
+        log.txn_index.drop_before(log_start_offset)
         if clean:
             clean_marker.unlink()
             log._recovery_point = end
@@ -967,7 +981,7 @@ def _scan_directory(directory: Path) -> list[int]:
             continue
         match = SEGMENT_FILE.match(name)
         if match is None:
-            if name not in (LOG_START_OFFSET_FILE, CLEAN_SHUTDOWN_FILE):
+            if name not in (LOG_START_OFFSET_FILE, CLEAN_SHUTDOWN_FILE, TXN_INDEX_FILE):
                 logger.debug("%s: ignoring unknown file %s", directory, name)
             continue
         base = int(match.group(1))

@@ -34,14 +34,26 @@ Decisions (where Kafka leaves a choice or Flux differs):
   same log evict the same producers.
 - Sequences of a batch come from its ``last_offset_delta`` (Kafka's ``lastSequence()``), which
   stays right after compaction removed records; ``records_count`` is only checked.
-- Control batches (transaction markers) and non-idempotent batches (``producer_id < 0``) only
-  advance ``last_offset``; Flux has no transactions yet.
+- Non-idempotent batches (``producer_id < 0``) only advance ``last_offset``.
+
+Transactions (Kafka's ``currentTxnFirstOffset`` and ``CompletedTxn``): the first offset of a
+producer's open transaction in this partition is remembered from its first transactional
+batch until its marker (a control batch: commit or abort). ``record_batch_header`` returns the
+``CompletedTxn`` a marker ends, so the log can index aborts (``storage.txn_index``);
+``first_unstable_offset`` (the smallest open first offset) bounds the last stable offset that
+``read_committed`` readers stop at. Open transactions are kept apart from the producer entries:
+neither expiry nor the ``max_producers`` bound forgets one (a forgotten open transaction would
+make its records visible). A marker with a newer epoch than the producer's (the coordinator
+bumped it to fence a zombie, or on timeout) raises the entry's epoch, so the old epoch's
+late writes are refused with ``INVALID_EPOCH``; such an entry may hold no batches.
+The last ``COMPLETED_TXNS_TO_RETAIN`` completed transactions are remembered so that a
+truncation that removes a marker re-opens its transaction.
 
 Thread-safety: none; one owner (the task that owns the partition's log). ``producers()``
 returns copies.
 
 Invariants (asserted after every change of an entry): an entry holds 1 to
-``NUM_BATCHES_TO_RETAIN`` batches, all of its current epoch, whose sequences are contiguous
+``NUM_BATCHES_TO_RETAIN`` batches (0 only after a marker raised its epoch), whose sequences are contiguous
 (each batch starts right after the previous one ends, modulo the wrap) and whose offsets
 strictly increase; no batch ends at or beyond ``last_offset``. ``record`` raises
 ``ProducerStateError`` for a batch that does not lie at or after ``last_offset``.
@@ -51,7 +63,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -74,6 +86,10 @@ __all__ = [
     "ProducerStateManager",
     "increment_sequence",
     "BatchHeaderFields",
+    "COMPLETED_TXNS_TO_RETAIN",
+    "CompletedTxn",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
 ]
 
 NO_PRODUCER_ID = -1
@@ -89,6 +105,11 @@ DEFAULT_MAX_PRODUCERS = 10_000
 # Kafka's producer.id.expiration.ms default: 1 day.
 DEFAULT_PRODUCER_EXPIRATION_MS = 24 * 60 * 60 * 1000
 SNAPSHOT_VERSION = 1
+#: Control record types (Kafka's ``ControlRecordType``): an abort and a commit marker.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+#: Completed transactions remembered so that a truncation can re-open them (named bound).
+COMPLETED_TXNS_TO_RETAIN = 1000
 
 
 class ProducerStateError(StorageError):
@@ -133,6 +154,8 @@ class ProducerEntry:
         default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN)
     )
     last_timestamp_ms: int = -1
+    #: The offset of the marker that raised ``producer_epoch`` past the batches' (-1: none).
+    marker_offset: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -150,7 +173,9 @@ class ProducerEntry:
 
     def _check_invariants(self) -> None:
         batches = self.batches
-        assert 1 <= len(batches) <= NUM_BATCHES_TO_RETAIN, f"producer {self.producer_id}"
+        assert (1 if self.marker_offset < 0 else 0) <= len(batches) <= NUM_BATCHES_TO_RETAIN, (
+            f"producer {self.producer_id}"
+        )
         for previous, batch in zip(batches, list(batches)[1:], strict=False):
             assert _in_sequence(previous.last_seq, batch.first_seq), (
                 f"producer {self.producer_id}: sequence {batch.first_seq} after {previous.last_seq}"
@@ -172,6 +197,17 @@ class Verdict(Enum):
 
 
 @dataclass(frozen=True)
+class CompletedTxn:
+    """A transaction a marker ended: its producer, its first offset in this partition (the
+    marker's own offset when it wrote nothing here), the marker's offset, and how it ended."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+@dataclass(frozen=True)
 class Check:
     verdict: Verdict
     duplicate_of: BatchMetadata | None = None
@@ -182,8 +218,13 @@ _OUT_OF_ORDER = Check(Verdict.OUT_OF_ORDER)
 _INVALID_EPOCH = Check(Verdict.INVALID_EPOCH)
 _UNKNOWN_PRODUCER = Check(Verdict.UNKNOWN_PRODUCER)
 
-# One v2 batch header as replayed by ``rebuild_from``.
-BatchHeaderFields = tuple[int, int, int, int, int, int, int, bool]
+# One v2 batch header as replayed by ``rebuild_from``: producer id, epoch, base sequence,
+# records count, base offset, last offset delta, max timestamp, is control; optionally then
+# is transactional and the control record type (``CONTROL_ABORT``/``CONTROL_COMMIT``/None).
+BatchHeaderFields = (
+    tuple[int, int, int, int, int, int, int, bool]
+    | tuple[int, int, int, int, int, int, int, bool, bool, int | None]
+)
 
 
 class ProducerStateManager:
@@ -210,6 +251,9 @@ class ProducerStateManager:
         # Least recently recorded first.
         self._producers: OrderedDict[int, ProducerEntry] = OrderedDict()
         self._last_offset = last_offset
+        # producer id -> first offset of its open transaction here.
+        self._ongoing: dict[int, int] = {}
+        self._completed: deque[CompletedTxn] = deque(maxlen=COMPLETED_TXNS_TO_RETAIN)
 
     @property
     def last_offset(self) -> int:
@@ -222,6 +266,19 @@ class ProducerStateManager:
         return [
             entry.batches[-1].last_offset for entry in self._producers.values() if entry.batches
         ]
+
+    def epoch_of(self, producer_id: int) -> int | None:
+        """The producer's current epoch here (None: no state for it)."""
+        entry = self._producers.get(producer_id)
+        return None if entry is None else entry.producer_epoch
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none is open)."""
+        return min(self._ongoing.values()) if self._ongoing else None
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Open transactions: producer id -> first offset."""
+        return dict(self._ongoing)
 
     def producers(self) -> dict[int, ProducerEntry]:
         """Copies of the producer entries, least recently recorded first."""
@@ -245,8 +302,8 @@ class ProducerStateManager:
             return _APPEND
         if producer_epoch < entry.producer_epoch:
             return _INVALID_EPOCH
-        if producer_epoch > entry.producer_epoch:
-            # A new epoch restarts the sequence at 0.
+        if producer_epoch > entry.producer_epoch or not entry.batches:
+            # A new epoch (or one a marker started) restarts the sequence at 0.
             return _APPEND if base_sequence == 0 else _OUT_OF_ORDER
         duplicate = entry.find_batch(base_sequence, last_sequence)
         if duplicate is not None:
@@ -281,8 +338,10 @@ class ProducerStateManager:
             self._producers[producer_id] = entry
         else:
             self._producers.move_to_end(producer_id)
-            if entry.producer_epoch != producer_epoch or not _in_sequence(
-                entry.last_seq, first_seq
+            if (
+                entry.producer_epoch != producer_epoch
+                or not entry.batches
+                or not _in_sequence(entry.last_seq, first_seq)
             ):
                 # A new epoch, or (only on a follower whose state diverged from the leader's:
                 # the leader had lost this producer's state and accepted any sequence) a batch
@@ -291,6 +350,7 @@ class ProducerStateManager:
                 # contiguous.
                 entry.producer_epoch = producer_epoch
                 entry.batches.clear()
+                entry.marker_offset = -1
         entry.batches.append(batch)  # the deque's maxlen drops the oldest
         entry.last_timestamp_ms = timestamp_ms
         entry._check_invariants()
@@ -309,19 +369,33 @@ class ProducerStateManager:
         max_timestamp: int,
         *,
         is_control: bool = False,
-    ) -> None:
+        is_transactional: bool = False,
+        control_type: int | None = None,
+    ) -> CompletedTxn | None:
         """``record`` from the fields of a v2 batch header. Every batch advances
-        ``last_offset``; only idempotent data batches change producer state."""
+        ``last_offset``; idempotent data batches change producer state, a transactional one
+        opens its producer's transaction here, and a marker (``is_control`` with the
+        ``control_type`` of its record) ends it: the ``CompletedTxn`` is returned."""
         if records_count < 0 or last_offset_delta < 0:
             raise ProducerStateError(
                 f"batch at {base_offset}: records_count {records_count}, "
                 f"last_offset_delta {last_offset_delta}"
             )
         last_offset = base_offset + last_offset_delta
-        if producer_id < 0 or is_control:
+        if producer_id < 0:
             self._check_batch_position(base_offset, last_offset)
             self._last_offset = last_offset + 1
-            return
+            return None
+        if is_control:
+            self._check_batch_position(base_offset, last_offset)
+            self._last_offset = last_offset + 1
+            if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+                return None  # another control record type: no transaction ends
+            return self._end_transaction(
+                producer_id, producer_epoch, base_offset, control_type, max_timestamp
+            )
+        if is_transactional:
+            self._ongoing.setdefault(producer_id, base_offset)
         last_sequence = increment_sequence(base_sequence, last_offset_delta)
         self.record(
             producer_id,
@@ -332,23 +406,62 @@ class ProducerStateManager:
             last_offset,
             max_timestamp,
         )
+        return None
 
-    def rebuild_from(self, headers: Iterable[BatchHeaderFields]) -> int:
+    def _end_transaction(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        offset: int,
+        control_type: int,
+        timestamp_ms: int,
+    ) -> CompletedTxn:
+        first = self._ongoing.pop(producer_id, None)
+        completed = CompletedTxn(
+            producer_id,
+            offset if first is None else first,
+            offset,
+            is_aborted=control_type == CONTROL_ABORT,
+        )
+        self._completed.append(completed)
+        entry = self._producers.get(producer_id)
+        if entry is None or producer_epoch > entry.producer_epoch:
+            # The coordinator moved the producer to a newer epoch: its older one is fenced.
+            if entry is None:
+                entry = ProducerEntry(producer_id, producer_epoch)
+                self._producers[producer_id] = entry
+            entry.producer_epoch = producer_epoch
+            entry.batches.clear()
+            entry.marker_offset = offset
+            entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+            entry._check_invariants()
+            while len(self._producers) > self._max_producers:
+                self._producers.popitem(last=False)
+        return completed
+
+    def rebuild_from(
+        self,
+        headers: Iterable[BatchHeaderFields],
+        on_completed: Callable[[CompletedTxn], None] | None = None,
+    ) -> int:
         """Replay batch headers ``(producer_id, producer_epoch, base_sequence, records_count,
         base_offset, last_offset_delta, max_timestamp, is_control)`` in log order. Batches that
         end below ``last_offset`` are already reflected and skipped, so the scan may start at
-        the segment holding the snapshot point. Returns the number of batches replayed."""
+        the segment holding the snapshot point. ``on_completed`` hears of every transaction a
+        replayed marker ends. Returns the number of batches replayed."""
         replayed = 0
-        for (
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            records_count,
-            base_offset,
-            last_offset_delta,
-            max_timestamp,
-            is_control,
-        ) in headers:
+        for fields in headers:
+            (
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                records_count,
+                base_offset,
+                last_offset_delta,
+                max_timestamp,
+                is_control,
+            ) = fields[:8]
+            is_transactional, control_type = fields[8:] if len(fields) == 10 else (False, None)
             last_offset = base_offset + last_offset_delta
             if last_offset < self._last_offset:
                 continue
@@ -358,7 +471,7 @@ class ProducerStateManager:
                 self._last_offset = last_offset + 1
                 replayed += 1
                 continue
-            self.record_batch_header(
+            completed = self.record_batch_header(
                 producer_id,
                 producer_epoch,
                 base_sequence,
@@ -367,7 +480,11 @@ class ProducerStateManager:
                 last_offset_delta,
                 max_timestamp,
                 is_control=is_control,
+                is_transactional=is_transactional,
+                control_type=control_type,
             )
+            if completed is not None and on_completed is not None:
+                on_completed(completed)
             replayed += 1
         return replayed
 
@@ -389,11 +506,20 @@ class ProducerStateManager:
             entry = self._producers[producer_id]
             while entry.batches and entry.batches[-1].last_offset >= offset:
                 entry.batches.pop()
+            if entry.marker_offset >= offset:
+                entry.marker_offset = -1  # the marker that raised its epoch is gone
             if entry.batches:
                 entry.last_timestamp_ms = entry.batches[-1].timestamp_ms
                 entry._check_invariants()
-            else:
+            elif entry.marker_offset < 0:
                 del self._producers[producer_id]
+        # Transactions that began in the removed tail are gone; those whose marker was removed
+        # are open again.
+        self._ongoing = {pid: first for pid, first in self._ongoing.items() if first < offset}
+        while self._completed and self._completed[-1].last_offset >= offset:
+            completed = self._completed.pop()
+            if completed.first_offset < offset:
+                self._ongoing[completed.producer_id] = completed.first_offset
         self._last_offset = max(offset, 0)
 
     def truncate_before(self, offset: int) -> None:
@@ -403,6 +529,9 @@ class ProducerStateManager:
             while len(entry.batches) > 1 and entry.batches[0].last_offset < offset:
                 entry.batches.popleft()
             entry._check_invariants()
+        # An open transaction that began below the new start now begins there (the log never
+        # moves its start past an open transaction's first offset: ``first_unstable_offset``).
+        self._ongoing = {pid: max(first, offset) for pid, first in self._ongoing.items()}
         # Like Kafka's onLogStartOffsetIncremented: nothing below the log start is replayed.
         self._last_offset = max(self._last_offset, offset)
 
@@ -434,8 +563,14 @@ class ProducerStateManager:
                         [b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms]
                         for b in entry.batches
                     ],
+                    **({"marker_offset": entry.marker_offset} if entry.marker_offset >= 0 else {}),
                 }
                 for entry in self._producers.values()  # least recently recorded first
+            ],
+            "ongoing": [[pid, first] for pid, first in self._ongoing.items()],
+            "completed": [
+                [c.producer_id, c.first_offset, c.last_offset, c.is_aborted]
+                for c in self._completed
             ],
         }
 
@@ -484,11 +619,21 @@ class ProducerStateManager:
             entry = _entry_from_json(item)
             if entry.producer_id in manager._producers:
                 raise ProducerSnapshotError(f"producer {entry.producer_id} listed twice")
-            if entry.last_data_offset >= last_offset:
+            if max(entry.last_data_offset if entry.batches else -1, entry.marker_offset) >= (
+                last_offset
+            ):
                 raise ProducerSnapshotError(
                     f"producer {entry.producer_id} has a batch at or after {last_offset}"
                 )
             manager._producers[entry.producer_id] = entry
+        for producer_id, first in data.get("ongoing", []):
+            if not 0 <= _int(first) < last_offset or _int(producer_id) < 0:
+                raise ProducerSnapshotError(f"open transaction {producer_id} at {first}")
+            manager._ongoing[producer_id] = first
+        for producer_id, first, last, aborted in data.get("completed", []):
+            if not 0 <= _int(first) <= _int(last) < last_offset or type(aborted) is not bool:
+                raise ProducerSnapshotError(f"completed transaction {producer_id} at {first}")
+            manager._completed.append(CompletedTxn(_int(producer_id), first, last, aborted))
         while len(manager._producers) > max_producers:
             manager._producers.popitem(last=False)
         return manager
@@ -508,8 +653,9 @@ def _entry_from_json(item: Mapping[str, Any]) -> ProducerEntry:
     )
     if entry.producer_id < 0:
         raise ValueError(f"producer id {entry.producer_id}")
+    entry.marker_offset = _int(item.get("marker_offset", -1))
     batches = item["batches"]
-    if not 1 <= len(batches) <= NUM_BATCHES_TO_RETAIN:
+    if not (1 if entry.marker_offset < 0 else 0) <= len(batches) <= NUM_BATCHES_TO_RETAIN:
         raise ValueError(f"producer {entry.producer_id} has {len(batches)} batches")
     for fields in batches:
         first_seq, last_seq, first_offset, last_offset, timestamp_ms = (_int(f) for f in fields)

@@ -8,7 +8,7 @@ from typing import Any
 
 from flux.protocol.api import RequestHeader
 from flux.protocol.errors import CorruptRecordError, ErrorCode
-from flux.protocol.records import decode_records
+from flux.protocol.records import decode_records, parse_batch_header
 from flux.storage import OffsetOutOfRangeError
 
 from ..replication.replica_manager import Partition
@@ -97,15 +97,19 @@ class FetchApis(KafkaApisBase):
                 continue
             partition = found
             high_watermark = partition.high_watermark
+            last_stable = partition.last_stable_offset
             result["high_watermark"] = high_watermark
-            result["last_stable_offset"] = high_watermark
+            result["last_stable_offset"] = last_stable
             result["log_start_offset"] = partition.log.log_start_offset
             budget = min(request["partition_max_bytes"], max_bytes - total_bytes)
             if budget <= 0 and total_bytes > 0:
                 continue
+            fetch_offset = request["fetch_offset"]
             try:
                 data = partition.log.read(
-                    request["fetch_offset"], max(budget, 1), max_offset=high_watermark
+                    fetch_offset,
+                    max(budget, 1),
+                    max_offset=last_stable if read_committed else high_watermark,
                 )
             except OffsetOutOfRangeError:
                 result["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -117,6 +121,13 @@ class FetchApis(KafkaApisBase):
                 has_error = True
                 continue
             result["records"] = data
+            if read_committed and data:
+                # The aborted transactions the returned batches overlap: the client drops
+                # their records (Kafka's collectAbortedTxns).
+                result["aborted_transactions"] = [
+                    {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+                    for txn in partition.log.txn_index.collect(fetch_offset, _next_offset(data))
+                ]
             total_bytes += len(data)
         responses = [{"topic": name, "partitions": parts} for name, parts in by_topic.items()]
         return responses, total_bytes, has_error
@@ -128,16 +139,25 @@ class FetchApis(KafkaApisBase):
         # Kafka's debugging replica id: any replica answers from its own log, and "latest"
         # means its log end offset (how tools read a follower's position).
         any_replica = body.get("replica_id", -1) == DEBUGGING_REPLICA_ID
+        # isolation_level 1 (read_committed): "latest" is the last stable offset.
+        read_committed = body.get("isolation_level", 0) == 1
         for topic in body["topics"]:
             partitions = [
-                self._list_offset(topic["name"], request, header.api_version, any_replica)
+                self._list_offset(
+                    topic["name"], request, header.api_version, any_replica, read_committed
+                )
                 for request in topic["partitions"]
             ]
             topics.append({"name": topic["name"], "partitions": partitions})
         return {"throttle_time_ms": 0, "topics": topics}
 
     def _list_offset(
-        self, name: str, request: dict[str, Any], version: int, any_replica: bool = False
+        self,
+        name: str,
+        request: dict[str, Any],
+        version: int,
+        any_replica: bool = False,
+        read_committed: bool = False,
     ) -> dict[str, Any]:
         index = request["partition_index"]
         result: dict[str, Any] = {
@@ -164,7 +184,12 @@ class FetchApis(KafkaApisBase):
         if timestamp == EARLIEST_TIMESTAMP:
             result["offset"] = partition.log.log_start_offset
         elif timestamp == LATEST_TIMESTAMP:
-            result["offset"] = partition.log_end_offset if any_replica else partition.high_watermark
+            if any_replica:
+                result["offset"] = partition.log_end_offset
+            elif read_committed:
+                result["offset"] = partition.last_stable_offset
+            else:
+                result["offset"] = partition.high_watermark
         elif timestamp < 0:
             result["error_code"] = ErrorCode.INVALID_REQUEST
             return result
@@ -230,3 +255,14 @@ class FetchApis(KafkaApisBase):
                 "batch of %s-%d cannot be decoded for ListOffsets", partition.topic, partition.index
             )
         return None
+
+
+def _next_offset(data: bytes | memoryview) -> int:
+    """The offset after the last batch of ``data`` (whole batches, as a log read returns)."""
+    position = 0
+    next_offset = 0
+    while position < len(data):
+        header = parse_batch_header(data, position)
+        next_offset = header.base_offset + header.last_offset_delta + 1
+        position += header.size
+    return next_offset

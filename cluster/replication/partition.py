@@ -25,12 +25,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flux.controller.image import PartitionState
-from flux.protocol.errors import ErrorCode
+from flux.protocol.control import control_type, end_txn_marker_batch
+from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.records import build_batch, decode_records, iter_batches
 from flux.storage import AppendResult, MemoryLog, PartitionLog
 from flux.storage.compaction import align_to
 from flux.storage.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
-from flux.storage.producer_state import ProducerStateManager, Verdict, increment_sequence
+from flux.storage.producer_state import (
+    CompletedTxn,
+    ProducerStateManager,
+    Verdict,
+    increment_sequence,
+)
+from flux.storage.txn_index import AbortedTxn
 
 from ..http.dedup import MessageIdIndex, may_carry_ids, message_ids_in
 from ..topics import TopicConfig
@@ -128,6 +135,13 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Where ``read_committed`` readers stop: the high watermark, or the first offset of
+        the oldest open transaction when that is lower (Kafka's LSO)."""
+        first = self.producers.first_unstable_offset()
+        return self.high_watermark if first is None else min(first, self.high_watermark)
+
     # -- roles --------------------------------------------------------------------------------
 
     def become_leader(self, state: PartitionState) -> None:
@@ -186,13 +200,21 @@ class Partition:
 
     # -- leader -------------------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes | memoryview) -> AppendResult:
+    def append_as_leader(
+        self, records: bytes | memoryview, *, markers: bool = False
+    ) -> AppendResult:
         """Append client batches stamped with this leader's epoch. Idempotent batches are
         checked against the producer state first: a retried batch already in the log is not
         written again (the result carries its original offsets); a sequence gap or a fenced
-        epoch raises ``ProducerRejectedError`` and nothing is written."""
+        epoch raises ``ProducerRejectedError`` and nothing is written. Control batches
+        (transaction markers) only with ``markers`` (``write_txn_marker``): a client may not
+        write them."""
         assert self.is_leader, "only a leader appends client batches"
         headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
+        if not markers and any(header.is_control for header in headers):
+            raise ProducerRejectedError(
+                ErrorCode.INVALID_RECORD, "control batches are written by transaction coordinators"
+            )
         with_ids = self.dedup.enabled and may_carry_ids(records, headers)
         ids: list[list[tuple[int, str]]] | None = None
         if with_ids:
@@ -240,7 +262,7 @@ class Partition:
                 log_append_time_ms=-1,
             )
         result = self.log.append(records, leader_epoch=self.leader_epoch)
-        self._record_producers(headers, first_offset=result.base_offset)
+        self._record_producers(headers, first_offset=result.base_offset, records=records)
         if with_ids:
             self.dedup.observe_batches(records, base_offset=result.base_offset, ids=ids)
         else:
@@ -343,13 +365,40 @@ class Partition:
         index.covered_end = self.log_end_offset
         return found
 
-    def _record_producers(self, headers: list[Any], *, first_offset: int | None) -> None:
+    def write_txn_marker(
+        self, producer_id: int, producer_epoch: int, *, commit: bool, coordinator_epoch: int
+    ) -> AppendResult:
+        """Append the commit or abort marker of ``producer_id``'s transaction (Kafka's
+        WriteTxnMarkers, as this partition's leader). A marker older than the producer's
+        epoch here is refused (``INVALID_PRODUCER_EPOCH``): a newer coordinator decision
+        already ended that epoch."""
+        epoch = self.producers.epoch_of(producer_id)
+        if epoch is not None and producer_epoch < epoch:
+            raise ProducerRejectedError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker of producer {producer_id} at epoch {producer_epoch} < {epoch}",
+            )
+        batch = end_txn_marker_batch(
+            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+        )
+        return self.append_as_leader(batch, markers=True)
+
+    def _record_producers(
+        self, headers: list[Any], *, first_offset: int | None, records: bytes | memoryview
+    ) -> None:
         """Remember appended batches in the producer state (``first_offset``: where the log
-        placed the first one on the leader; None keeps the batches' own offsets)."""
+        placed the first one on the leader; None keeps the batches' own offsets), and index
+        the transactions their markers abort."""
         offset = first_offset
-        for header in headers:
+        raws: list[bytes | memoryview] | None = None
+        for position, header in enumerate(headers):
             base = header.base_offset if offset is None else offset
-            self.producers.record_batch_header(
+            kind = None
+            if header.is_control and header.producer_id >= 0:
+                if raws is None:
+                    raws = [raw for _, raw in iter_batches(records, allow_partial_tail=False)]
+                kind = _control_type_or_none(raws[position])
+            completed = self.producers.record_batch_header(
                 header.producer_id,
                 header.producer_epoch,
                 header.base_sequence,
@@ -358,9 +407,25 @@ class Partition:
                 header.last_offset_delta,
                 header.max_timestamp,
                 is_control=header.is_control,
+                is_transactional=header.is_transactional,
+                control_type=kind,
             )
+            if completed is not None and completed.is_aborted:
+                self.index_abort(completed)
             if offset is not None:
                 offset = base + header.last_offset_delta + 1
+
+    def index_abort(self, completed: CompletedTxn) -> None:
+        """Add an aborted transaction to the log's index (``storage.txn_index``)."""
+        first_unstable = self.producers.first_unstable_offset()
+        self.log.txn_index.append(
+            AbortedTxn(
+                completed.producer_id,
+                completed.first_offset,
+                completed.last_offset,
+                completed.last_offset + 1 if first_unstable is None else first_unstable,
+            )
+        )
 
     def record_follower_fetch(self, replica: int, fetch_offset: int) -> None:
         """A follower fetched from ``fetch_offset``: it holds everything below it."""
@@ -569,7 +634,7 @@ class Partition:
             self.epochs.assign(epoch, start)
         # Followers keep producer state and message ids too, so a new leader deduplicates
         # retries at once.
-        self._record_producers(headers, first_offset=None)
+        self._record_producers(headers, first_offset=None, records=records)
         if self.dedup.enabled and may_carry_ids(records, headers):
             self.dedup.observe_batches(records)
         else:
@@ -637,3 +702,13 @@ def _without_records(raw: bytes | memoryview, drop: set[int]) -> bytes:
         if record.offset - header.base_offset not in drop
     ]
     return build_batch(kept, compression=header.compression)
+
+
+def _control_type_or_none(batch: bytes | memoryview) -> int | None:
+    """The control record type of a stored control batch; None (no transaction ends) when it
+    cannot be read, which the log's own validation would have refused."""
+    try:
+        return control_type(batch)
+    except CorruptRecordError:
+        log.warning("a control batch without a readable control record")
+        return None

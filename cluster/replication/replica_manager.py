@@ -38,16 +38,24 @@ from flux.controller.image import (
     RoleChanges,
     TopicImage,
 )
-from flux.protocol.errors import ErrorCode
+from flux.protocol.control import control_type
+from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.storage import (
     AppendResult,
+    BatchInfo,
     CheckpointStore,
     MemoryLog,
+    OffsetOutOfRangeError,
     PartitionLog,
     create_segment_file,
 )
 from flux.storage.leader_epochs import LeaderEpochCache
-from flux.storage.producer_state import ProducerSnapshotError, ProducerStateManager
+from flux.storage.producer_state import (
+    CompletedTxn,
+    ProducerSnapshotError,
+    ProducerStateManager,
+)
+from flux.storage.txn_index import AbortedTxn
 
 from ..config import NodeConfig
 from ..http.dedup import MessageIdIndex
@@ -414,18 +422,41 @@ class ReplicaManager:
             else:
                 if start <= loaded.last_offset <= partition_log.log_end_offset:
                     producers = loaded
+        # The aborted-transaction index is rebuilt from the same point: the replay re-adds
+        # every abort it meets (an index written further than the snapshot, or torn, ends up
+        # as the log says).
+        txn_index = partition_log.txn_index
+        txn_index.truncate_to(producers.last_offset)
+
+        def aborted(completed: CompletedTxn) -> None:
+            if completed.is_aborted:
+                first_unstable = producers.first_unstable_offset()
+                txn_index.append(
+                    AbortedTxn(
+                        completed.producer_id,
+                        completed.first_offset,
+                        completed.last_offset,
+                        completed.last_offset + 1 if first_unstable is None else first_unstable,
+                    )
+                )
+
         replayed = producers.rebuild_from(
             (
-                info.producer_id,
-                info.producer_epoch,
-                info.base_sequence,
-                info.record_count,
-                info.base_offset,
-                info.last_offset - info.base_offset,
-                info.max_timestamp,
-                info.is_control,
-            )
-            for info in partition_log.batch_infos(producers.last_offset)
+                (
+                    info.producer_id,
+                    info.producer_epoch,
+                    info.base_sequence,
+                    info.record_count,
+                    info.base_offset,
+                    info.last_offset - info.base_offset,
+                    info.max_timestamp,
+                    info.is_control,
+                    info.is_transactional,
+                    _stored_control_type(partition_log, info) if info.is_control else None,
+                )
+                for info in partition_log.batch_infos(producers.last_offset)
+            ),
+            aborted,
         )
         if replayed:
             log.info("%s: producer state rebuilt from %d batches", key, replayed)
@@ -627,7 +658,10 @@ class ReplicaManager:
         now_ms = _now_ms()
         for partition in list(self._partitions.values()):
             try:
-                removed = partition.log.enforce_retention(now_ms)
+                # Never past an open transaction's first offset (nor the high watermark).
+                removed = partition.log.enforce_retention(
+                    now_ms, high_watermark=partition.last_stable_offset
+                )
                 deleted += removed
                 partition.producers.truncate_before(partition.log.log_start_offset)
                 partition.epochs.truncate_from_start(partition.log.log_start_offset)
@@ -786,3 +820,13 @@ def _create_replica_directories(data_dir: Path, fresh: list[tuple[str, str]]) ->
 
 def _explicit(config: TopicConfig) -> dict[str, str]:
     return {key: config.values[key] for key in config.overrides}
+
+
+def _stored_control_type(partition_log: PartitionLog | MemoryLog, info: BatchInfo) -> int | None:
+    """The control record type of the stored control batch ``info`` (None: unreadable)."""
+    try:
+        batch = partition_log.read(info.base_offset, info.size, max_offset=info.last_offset + 1)
+        return control_type(batch[: info.size])
+    except (CorruptRecordError, OffsetOutOfRangeError, OSError):
+        log.warning("control batch at %d unreadable: no transaction ended there", info.base_offset)
+        return None
