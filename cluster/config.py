@@ -325,6 +325,11 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "offsets_topic_partitions": _Key(
             12, _int(1, 1000), "partitions of __consumer_offsets (Kafka's default is 50)"
         ),
+        "transaction_state_partitions": _Key(
+            12,
+            _int(1, 1000),
+            "partitions of __transaction_state (transaction.state.log.num.partitions; Kafka 50)",
+        ),
         "offsets_topic_segment_bytes": _Key(
             104857600,
             _int(1024, 2**31 - 1),

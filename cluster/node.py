@@ -51,6 +51,7 @@ from .replication.fetcher import ReplicaFetcherManager
 from .replication.isr import IsrManager
 from .replication.peers import BrokerPeers
 from .replication.replica_manager import ReplicaManager
+from .transactions.coordinator import TransactionCoordinator
 
 __all__ = ["Node", "run_node"]
 
@@ -82,6 +83,7 @@ class Node:
         self.memory_cleaner: MemoryTopicCleaner | None = None
         self.log_cleaner: LogCleanerService | None = None
         self.groups: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self._controller_client: ControllerClient | None = None
         self._ready: dict[str, Any] = {}
 
@@ -162,13 +164,21 @@ class Node:
             retention=OffsetsRetention.from_config(config),
         )
         self.groups = groups
+        producer_ids = ProducerIdManager(self._controller_client, broker_id=config.node.id)
+        self.transactions = transactions = TransactionCoordinator(
+            replicas,
+            producer_ids,
+            peers=lambda: self.peers,
+            create_topic=lambda: apis.create_transaction_topic(),
+        )
         apis = KafkaApis(
             config,
             replicas,
             self._controller_client,
             self.lifecycle,
-            ProducerIdManager(self._controller_client, broker_id=config.node.id),
+            producer_ids,
             groups,
+            transactions,
         )
         self.metrics = BrokerMetrics(
             broker_id=config.node.id, partitions=replicas.partitions, image=lambda: replicas.image
@@ -331,6 +341,8 @@ class Node:
             await self.log_cleaner.stop()
         if self.groups is not None:
             await self.groups.stop()
+        if self.transactions is not None:
+            await self.transactions.stop()
         if self.isr is not None:
             await self.isr.stop()
         if self.fetchers is not None:

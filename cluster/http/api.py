@@ -36,6 +36,7 @@ from ..groups.offsets_client import OffsetsClient, OffsetsUnavailableError
 from ..kafka.apis import KafkaApis
 from ..replication.peers import BrokerPeers
 from ..replication.replica_manager import ReplicaManager
+from ..transactions.coordinator import MARKERS_PATH
 from .common import HttpError
 from .flux_api import FluxApi
 from .forward_link import LINK_PATH, ForwardLinks
@@ -118,7 +119,18 @@ class HttpApi(FluxApi, RestApi):
                 "/internal/groups/{group}", json_route(self._internal_delete_group, "internal")
             ),
             web.get("/internal/groups", json_route(self._internal_list_groups, "internal")),
+            web.post(MARKERS_PATH, json_route(self._internal_txn_markers, "internal")),
         ]
+
+    async def _internal_txn_markers(self, request: web.Request, body: dict[str, Any]) -> Any:
+        """Kafka's WriteTxnMarkers from a transaction coordinator: the marker appended to each
+        named partition this broker leads, answered once replicated (``"topic:partition" ->
+        error code``)."""
+        try:
+            errors = await self._apis.write_txn_markers(body)
+        except (KeyError, TypeError, ValueError) as error:
+            raise HttpError(400, f"malformed marker request: {error!r}") from None
+        return {"errors": errors}
 
     def _json(
         self, handler: Callable[[web.Request, dict[str, Any]], Awaitable[Any]], route: str

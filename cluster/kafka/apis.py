@@ -16,7 +16,8 @@ client sends can make the broker drop data it already acknowledged.
 The handlers are mixins, one module per API family: ``metadata`` (Metadata, DescribeCluster),
 ``produce``, ``fetch`` (Fetch, ListOffsets), ``admin`` (CreateTopics, DeleteTopics,
 CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), ``groups`` (the
-group coordinator's APIs), ``producer_ids`` (InitProducerId) and ``security`` (the SCRAM
+group coordinator's APIs), ``producer_ids`` (InitProducerId), ``transactions``
+(InitProducerId with a transactional id, AddPartitionsToTxn, EndTxn) and ``security`` (the SCRAM
 credential APIs); ``common`` holds the state they share. ApiVersions is answered here, from ``ADVERTISED_VERSIONS``.
 """
 
@@ -32,6 +33,7 @@ from ..groups.coordinator import GroupCoordinator
 from ..metadata.controller_client import ControllerClient
 from ..metadata.lifecycle import BrokerLifecycle
 from ..replication.replica_manager import ReplicaManager
+from ..transactions.coordinator import TransactionCoordinator
 from .admin import AdminApis
 from .authorization import RequestAuthorizer
 from .fetch import FetchApis
@@ -41,6 +43,7 @@ from .produce import ProduceApis
 from .producer_ids import ProducerIdApis, ProducerIdManager
 from .security import SecurityApis
 from .server import ConnectionInfo, Deferred
+from .transactions import TransactionApis
 
 __all__ = ["ADVERTISED_VERSIONS", "KafkaApis"]
 
@@ -60,6 +63,8 @@ _IMPLEMENTED_APIS = (
     ApiKey.INCREMENTAL_ALTER_CONFIGS,
     ApiKey.DESCRIBE_CLUSTER,
     ApiKey.INIT_PRODUCER_ID,
+    ApiKey.ADD_PARTITIONS_TO_TXN,
+    ApiKey.END_TXN,
     ApiKey.FIND_COORDINATOR,
     ApiKey.JOIN_GROUP,
     ApiKey.SYNC_GROUP,
@@ -90,7 +95,14 @@ ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
 
 
 class KafkaApis(
-    MetadataApis, ProduceApis, FetchApis, AdminApis, GroupApis, ProducerIdApis, SecurityApis
+    MetadataApis,
+    ProduceApis,
+    FetchApis,
+    AdminApis,
+    TransactionApis,
+    GroupApis,
+    ProducerIdApis,
+    SecurityApis,
 ):
     """Answers Kafka requests against this broker's ``ReplicaManager`` and metadata image."""
 
@@ -102,6 +114,7 @@ class KafkaApis(
         lifecycle: BrokerLifecycle,
         producer_ids: ProducerIdManager,
         groups: GroupCoordinator,
+        transactions: TransactionCoordinator,
     ) -> None:
         self._config = config
         self._replicas = replicas
@@ -109,6 +122,7 @@ class KafkaApis(
         self._lifecycle = lifecycle
         self._producer_ids = producer_ids
         self._groups = groups
+        self._transactions = transactions
         self._node_id = config.node.id
         security = config.security
         self.authorization = RequestAuthorizer(
@@ -132,6 +146,8 @@ class KafkaApis(
             ApiKey.ALTER_CONFIGS: self._alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: self._add_partitions_to_txn,
+            ApiKey.END_TXN: self._end_txn,
             ApiKey.SYNC_GROUP: self._sync_group,
             ApiKey.HEARTBEAT: self._heartbeat,
             ApiKey.LEAVE_GROUP: self._leave_group,

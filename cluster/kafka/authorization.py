@@ -185,6 +185,11 @@ class RequestAuthorizer:
             ApiKey.LIST_GROUPS: _list_groups,
             ApiKey.DELETE_GROUPS: _delete_groups,
             ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
+            ApiKey.END_TXN: _transactional_write(
+                "transactional_id",
+                lambda: {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED},
+            ),
             ApiKey.DESCRIBE_ACLS: _cluster_only(
                 AclOperation.DESCRIBE,
                 lambda: {
@@ -672,6 +677,59 @@ def _init_producer_id(context: _Context, header: RequestHeader, body: dict[str, 
     return Decision(
         body, refusal={"error_code": CLUSTER_DENIED, "producer_id": -1, "producer_epoch": -1}
     )
+
+
+def _transactional_write(
+    id_key: str, refusal: Callable[[], dict[str, Any]]
+) -> Callable[[_Context, RequestHeader, dict[str, Any]], Decision]:
+    """WRITE on the request's transactional id, or ``refusal``."""
+
+    def rule(context: _Context, header: RequestHeader, body: dict[str, Any]) -> Decision:
+        transactional_id = body.get(id_key) or ""
+        if context.allows(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return Decision(body)
+        return Decision(body, refusal=refusal())
+
+    return rule
+
+
+def _add_partitions_to_txn(
+    context: _Context, header: RequestHeader, body: dict[str, Any]
+) -> Decision:
+    """WRITE on the transactional id (every partition refused otherwise), then WRITE on each
+    topic (Kafka's TOPIC_AUTHORIZATION_FAILED for those refused, OPERATION_NOT_ATTEMPTED for
+    the rest: nothing is added)."""
+    topics = body.get("v3_and_below_topics") or []
+
+    def all_partitions(code_of: Callable[[str], ErrorCode]) -> dict[str, Any]:
+        return {
+            "results_by_topic_v3_and_below": [
+                {
+                    "name": topic["name"],
+                    "results_by_partition": [
+                        {"partition_index": index, "partition_error_code": code_of(topic["name"])}
+                        for index in topic["partitions"]
+                    ],
+                }
+                for topic in topics
+            ]
+        }
+
+    transactional_id = body.get("v3_and_below_transactional_id") or ""
+    if not context.allows(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return Decision(
+            body,
+            refusal=all_partitions(lambda _name: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        )
+    refused = {t["name"] for t in topics if not context.topic(AclOperation.WRITE, t["name"])}
+    if refused:
+        return Decision(
+            body,
+            refusal=all_partitions(
+                lambda name: TOPIC_DENIED if name in refused else ErrorCode.OPERATION_NOT_ATTEMPTED
+            ),
+        )
+    return Decision(body)
 
 
 def _cluster_only(

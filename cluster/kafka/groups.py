@@ -24,11 +24,20 @@ from .common import KafkaApisBase, log
 __all__ = ["GroupApis"]
 
 
+#: FindCoordinator's key type of a transactional id (0 is a group).
+TRANSACTION_KEY_TYPE = 1
+
+
 class GroupApis(KafkaApisBase):
     """The group coordinator's Kafka APIs (FindCoordinator and JoinGroup are dispatched with
     the client's listener and address)."""
 
     _groups: GroupCoordinator
+
+    async def find_transaction_coordinators(
+        self, keys: list[str], listener: str | None
+    ) -> list[dict[str, Any]]:
+        raise NotImplementedError  # TransactionApis
 
     # -- consumer groups ----------------------------------------------------------------------
 
@@ -39,7 +48,10 @@ class GroupApis(KafkaApisBase):
             keys = [(key, body.get("key_type", 0)) for key in body["coordinator_keys"]]
         else:
             keys = [(body["key"], body.get("key_type", 0))]
-        answers = await self._groups.find_coordinator(keys, listener)
+        if keys and all(key_type == TRANSACTION_KEY_TYPE for _key, key_type in keys):
+            answers = await self.find_transaction_coordinators([k for k, _ in keys], listener)
+        else:
+            answers = await self._groups.find_coordinator(keys, listener)
         if header.api_version >= 4:
             return {"throttle_time_ms": 0, "coordinators": answers}
         answer = answers[0]

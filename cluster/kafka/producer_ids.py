@@ -65,22 +65,20 @@ class ProducerIdApis(KafkaApisBase):
 
     _producer_ids: ProducerIdManager
 
+    async def _init_transactional_producer(self, body: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError  # TransactionApis
+
     # -- InitProducerId -----------------------------------------------------------------------
 
     async def _init_producer_id(
         self, header: RequestHeader, body: dict[str, Any]
     ) -> dict[str, Any]:
         """Idempotent producers get a fresh producer id (epoch 0); a producer that names its
-        id and epoch (v3+, KIP-360) gets the next epoch of the same id. Transactions are not
-        supported yet."""
+        id and epoch (v3+, KIP-360) gets the next epoch of the same id. A transactional id
+        goes to the transaction coordinator (``transactions``)."""
         response: dict[str, Any] = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE}
         if body.get("transactional_id") is not None:
-            response.update(
-                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-            return response
+            return await self._init_transactional_producer(body)
         producer_id = body.get("producer_id", -1)
         producer_epoch = body.get("producer_epoch", -1)
         if producer_id >= 0 and 0 <= producer_epoch < MAX_PRODUCER_EPOCH:

@@ -557,6 +557,10 @@ class ReplicaManager:
 
     # -- partitions ---------------------------------------------------------------------------
 
+    @property
+    def broker_id(self) -> int:
+        return self._broker_id
+
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
 

@@ -169,3 +169,55 @@ def test_cluster_operations_and_idempotent_producers() -> None:
         deleting.patch({"responses": []})["responses"][0]["error_code"]
         == ErrorCode.TOPIC_AUTHORIZATION_FAILED
     )
+
+
+def test_transactional_requests_need_write_on_the_transactional_id() -> None:
+    image = IMAGE.replay_all(
+        [
+            _acl(
+                ResourceType.TRANSACTIONAL_ID,
+                "app-",
+                "User:alice",
+                AclOperation.WRITE,
+                pattern=PatternType.PREFIXED,
+            )
+        ],  # fmt: skip
+        2,
+    )
+    authorizer = RequestAuthorizer(
+        enabled=True,
+        super_users=frozenset(),
+        allow_everyone_if_no_acl_found=False,
+        image=lambda: image,
+    )
+    end = {"transactional_id": "app-1", "producer_id": 1, "producer_epoch": 0, "committed": True}
+    assert authorizer.check(_header(ApiKey.END_TXN, 3), end, "User:alice", "h").refusal is None
+    other = authorizer.check(
+        _header(ApiKey.END_TXN, 3), {**end, "transactional_id": "x"}, "User:alice", "h"
+    )
+    assert other.refusal == {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+
+    def add(transactional_id: str, topics: list[str]) -> dict[str, Any]:
+        return {
+            "v3_and_below_transactional_id": transactional_id,
+            "v3_and_below_producer_id": 1,
+            "v3_and_below_producer_epoch": 0,
+            "v3_and_below_topics": [{"name": name, "partitions": [0, 1]} for name in topics],
+        }
+
+    def codes(decision: Any) -> dict[str, set[int]]:
+        return {
+            topic["name"]: {p["partition_error_code"] for p in topic["results_by_partition"]}
+            for topic in decision.refusal["results_by_topic_v3_and_below"]
+        }
+
+    header = _header(ApiKey.ADD_PARTITIONS_TO_TXN, 3)
+    assert authorizer.check(header, add("app-1", ["orders-eu"]), "User:alice", "h").refusal is None
+    # A topic alice may not write: it is refused, the others are not attempted.
+    mixed = authorizer.check(header, add("app-1", ["orders-eu", "payments"]), "User:alice", "h")
+    assert codes(mixed) == {
+        "orders-eu": {ErrorCode.OPERATION_NOT_ATTEMPTED},
+        "payments": {ErrorCode.TOPIC_AUTHORIZATION_FAILED},
+    }
+    foreign = authorizer.check(header, add("x", ["orders-eu"]), "User:alice", "h")
+    assert codes(foreign) == {"orders-eu": {ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}}

@@ -1,0 +1,127 @@
+"""The transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn and EndTxn,
+answered by the broker's ``TransactionCoordinator`` (``cluster.transactions``); FindCoordinator
+for key type 1 (transaction) is answered in ``groups``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flux.protocol.api import RequestHeader
+from flux.protocol.errors import ErrorCode
+
+from ..transactions.coordinator import TXN_TOPIC, TransactionCoordinator
+from .common import KafkaApisBase
+
+__all__ = ["TransactionApis"]
+
+
+class TransactionApis(KafkaApisBase):
+    """Kafka's transactional producer API, versions 0-3."""
+
+    _transactions: TransactionCoordinator
+
+    async def create_transaction_topic(self) -> None:
+        """Create ``__transaction_state`` when this broker's image lacks it (the first
+        FindCoordinator for a transactional id): compacted, on up to three brokers."""
+        if TXN_TOPIC in self._image.topics:
+            return
+        live = len(self._image.live_broker_ids())
+        replication = max(1, min(3, live))
+        await self._forward(
+            "POST",
+            "/controller/topics",
+            {
+                "name": TXN_TOPIC,
+                "num_partitions": self._config.broker.transaction_state_partitions,
+                "replication_factor": replication,
+                "configs": {
+                    "cleanup.policy": "compact",
+                    # Kafka's transaction.state.log.min.isr: a decision is on two replicas.
+                    "min.insync.replicas": str(min(2, replication)),
+                    "segment.bytes": str(self._config.broker.offsets_topic_segment_bytes),
+                },
+            },
+        )
+
+    async def write_txn_markers(self, request: dict[str, Any]) -> dict[str, int]:
+        """WriteTxnMarkers at this broker (the internal transport's endpoint)."""
+        return await self._transactions.write_markers_here(request)
+
+    async def find_transaction_coordinators(
+        self, keys: list[str], listener: str | None
+    ) -> list[dict[str, Any]]:
+        """FindCoordinator entries for transactional ids (key type 1)."""
+        await self.create_transaction_topic()
+        image = self._image
+        answers = []
+        for key in keys:
+            entry: dict[str, Any] = {
+                "key": key, "node_id": -1, "host": "", "port": -1,
+                "error_code": ErrorCode.NONE, "error_message": None,
+            }  # fmt: skip
+            leader = self._transactions.coordinator_of(key)
+            registration = image.brokers.get(leader) if leader is not None else None
+            if registration is None or registration.fenced:
+                entry["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            else:
+                host, port = registration.endpoint(listener)
+                entry.update(node_id=leader, host=host, port=port)
+            answers.append(entry)
+        return answers
+
+    async def _init_transactional_producer(self, body: dict[str, Any]) -> dict[str, Any]:
+        error, producer_id, epoch = await self._transactions.init_producer_id(
+            body["transactional_id"],
+            body.get("transaction_timeout_ms", 60_000),
+            body.get("producer_id", -1),
+            body.get("producer_epoch", -1),
+        )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+        }
+
+    async def _add_partitions_to_txn(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        requested = [
+            (topic["name"], index)
+            for topic in body["v3_and_below_topics"]
+            for index in topic["partitions"]
+        ]
+        answer = await self._transactions.add_partitions(
+            body["v3_and_below_transactional_id"],
+            body["v3_and_below_producer_id"],
+            body["v3_and_below_producer_epoch"],
+            requested,
+        )
+        errors = answer if isinstance(answer, dict) else dict.fromkeys(requested, answer)
+        if header.api_version < 2:
+            # v0-1 clients know PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (KIP-588).
+            errors = {
+                item: ErrorCode.INVALID_PRODUCER_EPOCH
+                if code == ErrorCode.PRODUCER_FENCED
+                else code
+                for item, code in errors.items()
+            }
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (name, index), code in errors.items():
+            by_topic.setdefault(name, []).append(
+                {"partition_index": index, "partition_error_code": code}
+            )
+        return {
+            "throttle_time_ms": 0,
+            "results_by_topic_v3_and_below": [
+                {"name": name, "results_by_partition": parts} for name, parts in by_topic.items()
+            ],
+        }
+
+    async def _end_txn(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        error = await self._transactions.end_transaction(
+            body["transactional_id"], body["producer_id"], body["producer_epoch"], body["committed"]
+        )
+        if header.api_version < 2 and error == ErrorCode.PRODUCER_FENCED:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        return {"throttle_time_ms": 0, "error_code": error}

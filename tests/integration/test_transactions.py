@@ -1,0 +1,169 @@
+"""Transactions with unmodified Kafka clients: confluent-kafka's transactional producer commits
+and aborts across partitions of two topics, ``read_committed`` consumers see exactly the
+committed records (``read_uncommitted`` ones see both), the last stable offset holds readers
+back while a transaction is open, an old producer with the same transactional id is fenced,
+and a transaction left open past its timeout is aborted by the coordinator."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from tests.integration.cluster_helpers import create_topic
+from tests.integration.helpers import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _producer(bootstrap: str, transactional_id: str, **extra: object):
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "linger.ms": 1,
+            **extra,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def _read_all(bootstrap: str, topics: dict[str, int], isolation: str, expect: int | None = None):
+    """Every value of the topics' partitions as one consumer with ``isolation`` reads them,
+    until ``expect`` values arrived (or the partitions' ends, for read_committed, at the LSO)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{isolation}-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
+    assignment = [TopicPartition(t, p, 0) for t, count in topics.items() for p in range(count)]
+    consumer.assign(assignment)
+    values: list[bytes] = []
+    at_end: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=1000, timeout=0.5):
+                if message.error() is not None:
+                    if message.error().code() == -191:  # _PARTITION_EOF
+                        at_end.add((message.topic(), message.partition()))
+                        continue
+                    raise AssertionError(message.error())
+                values.append(message.value())
+            if expect is not None and len(values) >= expect:
+                break
+            if expect is None and len(at_end) == len(assignment):
+                break
+    finally:
+        consumer.close()
+    return values
+
+
+def test_commit_and_abort_across_two_topics(cluster_factory) -> None:
+    nodes = cluster_factory(3)
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    create_topic(nodes[0], "tx-a", 2, 3)
+    create_topic(nodes[0], "tx-b", 1, 3)
+    producer = _producer(bootstrap, "app-1")
+    for round_, commit in enumerate([True, False, True, False, True]):
+        producer.begin_transaction()
+        for i in range(30):
+            value = b"r%d-%d-%s" % (round_, i, b"c" if commit else b"a")
+            producer.produce("tx-a", value=value, partition=i % 2)
+            producer.produce("tx-b", value=value, partition=0)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)  # in the log first (an abort purges what was not sent)
+            producer.abort_transaction(30)
+    committed = _read_all(bootstrap, {"tx-a": 2, "tx-b": 1}, "read_committed")
+    counts = Counter(value[-1:] for value in committed)
+    assert counts == {b"c": 3 * 60}, counts  # every committed record, none aborted
+    assert len(committed) == 180  # each once
+    everything = _read_all(bootstrap, {"tx-a": 2, "tx-b": 1}, "read_uncommitted", expect=300)
+    assert Counter(value[-1:] for value in everything) == {b"c": 180, b"a": 120}
+
+
+def test_an_open_transaction_holds_read_committed_readers_back(cluster_factory) -> None:
+    nodes = cluster_factory(3)
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    create_topic(nodes[0], "tx-lso", 1, 3)
+    plain = _producer(bootstrap, "plain-before")
+    plain.begin_transaction()
+    plain.produce("tx-lso", value=b"first")
+    plain.commit_transaction(30)
+    open_txn = _producer(bootstrap, "held-open")
+    open_txn.begin_transaction()
+    open_txn.produce("tx-lso", value=b"pending")
+    open_txn.flush(30)  # in the log, not committed
+    # ListOffsets(read_committed) answers the last stable offset: the pending record's
+    # (after "first" and its commit marker).
+    assert _stable_end(bootstrap, "tx-lso") == 2
+    assert _read_all(bootstrap, {"tx-lso": 1}, "read_committed") == [b"first"]
+    open_txn.commit_transaction(30)
+    assert _read_all(bootstrap, {"tx-lso": 1}, "read_committed") == [b"first", b"pending"]
+
+
+def test_a_zombie_producer_is_fenced(cluster_factory) -> None:
+    from confluent_kafka import KafkaException
+
+    nodes = cluster_factory(3)
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    create_topic(nodes[0], "tx-z", 1, 3)
+    zombie = _producer(bootstrap, "shared-id")
+    zombie.begin_transaction()
+    zombie.produce("tx-z", value=b"zombie")
+    zombie.flush(30)
+    successor = _producer(bootstrap, "shared-id")  # aborts the zombie's open transaction
+    successor.begin_transaction()
+    successor.produce("tx-z", value=b"successor")
+    successor.commit_transaction(30)
+    with pytest.raises(KafkaException) as caught:
+        zombie.commit_transaction(30)
+    error = caught.value.args[0]
+    assert error.fatal() or "fenced" in error.str().lower(), error
+    assert _read_all(bootstrap, {"tx-z": 1}, "read_committed") == [b"successor"]
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted(cluster_factory) -> None:
+    from confluent_kafka import KafkaException
+
+    nodes = cluster_factory(3)
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    create_topic(nodes[0], "tx-t", 1, 3)
+    producer = _producer(bootstrap, "slow", **{"transaction.timeout.ms": 2000})
+    producer.begin_transaction()
+    producer.produce("tx-t", value=b"late")
+    producer.flush(30)
+    # The coordinator aborts it (epoch bumped): the log gets an abort marker, so the last
+    # stable offset passes the record and the marker, and read_committed readers reach the
+    # end without the record.
+    wait_until(lambda: _stable_end(bootstrap, "tx-t") == 2, timeout_s=30)
+    assert _read_all(bootstrap, {"tx-t": 1}, "read_committed") == []
+    assert _read_all(bootstrap, {"tx-t": 1}, "read_uncommitted", expect=1) == [b"late"]
+    with pytest.raises(KafkaException) as caught:
+        producer.commit_transaction(10)
+    assert caught.value.args[0].fatal()  # fenced by the bumped epoch
+
+
+def _stable_end(bootstrap: str, topic: str) -> int:
+    """The last stable offset of partition 0 (ListOffsets with read_committed)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"}
+    )
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()
