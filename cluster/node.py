@@ -30,7 +30,7 @@ from flux.protocol.api import ApiKey
 
 from .compaction.service import LogCleanerService
 from .config import NodeConfig
-from .groups.coordinator import GroupCoordinator, OffsetsRetention
+from .groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetsRetention
 from .groups.offsets_client import OffsetsClient
 from .heap import HeapPolicy
 from .http.api import HttpApi
@@ -170,6 +170,11 @@ class Node:
             producer_ids,
             peers=lambda: self.peers,
             create_topic=lambda: apis.create_transaction_topic(),
+            on_marker=lambda topic, index, producer_id, commit: (
+                groups.complete_transaction(index, producer_id, commit)
+                if topic == OFFSETS_TOPIC
+                else None
+            ),
         )
         apis = KafkaApis(
             config,

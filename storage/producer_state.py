@@ -394,8 +394,13 @@ class ProducerStateManager:
             return self._end_transaction(
                 producer_id, producer_epoch, base_offset, control_type, max_timestamp
             )
-        if is_transactional:
+        if is_transactional and base_sequence < 0:
+            # A coordinator's own transactional batch (offsets committed in a transaction) has
+            # no sequence: it opens the transaction and is not a producer batch.
+            self._check_batch_position(base_offset, last_offset)
             self._ongoing.setdefault(producer_id, base_offset)
+            self._last_offset = last_offset + 1
+            return None
         last_sequence = increment_sequence(base_sequence, last_offset_delta)
         self.record(
             producer_id,
@@ -406,6 +411,8 @@ class ProducerStateManager:
             last_offset,
             max_timestamp,
         )
+        if is_transactional:
+            self._ongoing.setdefault(producer_id, base_offset)
         return None
 
     def _end_transaction(

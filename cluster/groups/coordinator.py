@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flux.controller.image import MetadataImage
+from flux.protocol.control import COMMIT, control_type
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.records import build_batch, decode_records, iter_batches
 
@@ -140,6 +141,9 @@ class GroupCoordinator:
         self._create_offsets_topic = create_offsets_topic
         self._retention = retention or OffsetsRetention()
         self._loaded: dict[int, OffsetsState] = {}
+        #: Offsets committed inside running transactions, per offsets partition and producer
+        #: id: records applied when the producer's commit marker is written, dropped on abort.
+        self._pending_txn: dict[int, dict[int, Records]] = {}
         self._groups: dict[str, Group] = {}
         self._pending: dict[Hashable, asyncio.Future[dict[str, Any]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -180,6 +184,7 @@ class GroupCoordinator:
     def _load(self, partition: Partition) -> None:
         """Rebuild the groups and offsets of one offsets partition from its log."""
         state = OffsetsState()
+        pending: dict[int, Records] = {}
         offset = partition.log.log_start_offset
         while offset < partition.log_end_offset:
             data = partition.log.read(offset, LOAD_READ_BYTES)
@@ -191,16 +196,24 @@ class GroupCoordinator:
                 except CorruptRecordError as error:
                     log.error("offsets partition %d: skipping a batch: %s", partition.index, error)
                     records = []
-                for record in records:
-                    if record.offset >= offset and record.key is not None:
-                        try:
-                            state.replay(record.key, record.value)
-                        except ValueError as error:
-                            log.error(
-                                "offsets partition %d: bad record: %s", partition.index, error
-                            )
+                if header.is_control:
+                    # A transaction's marker: its offsets count from here on, or never.
+                    held = pending.pop(header.producer_id, [])
+                    if records and _control_type(raw) == COMMIT:
+                        self._replay(partition.index, state, held)
+                else:
+                    fresh = [
+                        (r.key, r.value)
+                        for r in records
+                        if r.offset >= offset and r.key is not None
+                    ]
+                    if header.is_transactional:
+                        pending.setdefault(header.producer_id, []).extend(fresh)
+                    else:
+                        self._replay(partition.index, state, fresh)
                 offset = max(offset, header.last_offset + 1)
         self._loaded[partition.index] = state
+        self._pending_txn[partition.index] = pending
         now = _now_ms()
         for group_id in state.groups():
             record = state.group_record(group_id)
@@ -223,8 +236,17 @@ class GroupCoordinator:
                 self._expire_offsets_forever()
             )
 
+    @staticmethod
+    def _replay(index: int, state: OffsetsState, records: RecordsIn) -> None:
+        for key, value in records:
+            try:
+                state.replay(key, value)
+            except ValueError as error:
+                log.error("offsets partition %d: bad record: %s", index, error)
+
     def _unload(self, index: int) -> None:
         self._loaded.pop(index, None)
+        self._pending_txn.pop(index, None)
         now = _now_ms()
         for group_id in [g for g in self._groups if self.partition_of(g) in (index, None)]:
             self._drop_group(group_id, now_ms=now, error=ErrorCode.NOT_COORDINATOR)
@@ -657,6 +679,79 @@ class GroupCoordinator:
             by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
         return {"topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
 
+    async def txn_commit_offsets(self, body: dict[str, Any]) -> dict[str, Any]:
+        """TxnOffsetCommit: the offsets are written to the group's offsets partition in a
+        transactional batch of the producer and held apart; they become the group's committed
+        offsets when the transaction's commit marker reaches that partition
+        (``complete_transaction``), and are dropped on abort."""
+        group_id = body["group_id"]
+        producer_id, producer_epoch = body["producer_id"], body["producer_epoch"]
+        owner = self._owner(group_id)
+        now = _now_ms()
+        results: dict[tuple[str, int], ErrorCode] = {}
+        records: Records = []
+        for topic in body["topics"]:
+            for item in topic["partitions"]:
+                key = (topic["name"], item["partition_index"])
+                metadata = item.get("committed_metadata")
+                if isinstance(owner, ErrorCode):
+                    results[key] = owner
+                elif metadata is not None and len(metadata) > MAX_METADATA_LENGTH:
+                    results[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                else:
+                    records.append(
+                        offset_commit_record(
+                            group_id,
+                            key[0],
+                            key[1],
+                            item["committed_offset"],
+                            item.get("committed_leader_epoch", -1),
+                            metadata,
+                            now,
+                        )  # fmt: skip
+                    )
+                    results[key] = ErrorCode.NONE
+        if records and not isinstance(owner, ErrorCode):
+            partition, _state = owner
+            written = await self._append_transactional(
+                partition, producer_id, producer_epoch, records
+            )
+            if written != ErrorCode.NONE:
+                results = {k: (written if v == ErrorCode.NONE else v) for k, v in results.items()}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (name, index), code in results.items():
+            by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
+        return {"topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
+
+    async def _append_transactional(
+        self, partition: Partition, producer_id: int, producer_epoch: int, records: Records
+    ) -> ErrorCode:
+        batch = build_batch(
+            [(key, value, ()) for key, value in records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=True,
+        )
+        try:
+            result = partition.append_as_leader(batch, coordinator=True)
+        except ProducerRejectedError as error:
+            return error.error
+        except (CorruptRecordError, OSError) as error:
+            log.error("cannot write to offsets partition %d: %s", partition.index, error)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        self._pending_txn.setdefault(partition.index, {}).setdefault(producer_id, []).extend(
+            records
+        )
+        return await self._await_write(partition.add_delayed_produce(result.last_offset + 1))
+
+    def complete_transaction(self, index: int, producer_id: int, commit: bool) -> None:
+        """A transaction's marker was written to offsets partition ``index`` (this broker
+        leads it): its offsets become committed, or are dropped."""
+        held = self._pending_txn.get(index, {}).pop(producer_id, [])
+        state = self._loaded.get(index)
+        if commit and state is not None:
+            self._replay(index, state, held)
+
     def fetch_offsets(
         self, group_id: str, topics: list[dict[str, Any]] | None
     ) -> tuple[ErrorCode, list[dict[str, Any]]]:
@@ -856,3 +951,11 @@ def _join_error(member_id: str, error: ErrorCode) -> dict[str, Any]:
     from .state import join_error_response
 
     return join_error_response(member_id, error)
+
+
+def _control_type(batch: bytes | memoryview) -> int | None:
+    try:
+        return control_type(batch)
+    except CorruptRecordError as error:
+        log.error("unreadable transaction marker in an offsets partition: %s", error)
+        return None

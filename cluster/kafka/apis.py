@@ -17,7 +17,8 @@ The handlers are mixins, one module per API family: ``metadata`` (Metadata, Desc
 ``produce``, ``fetch`` (Fetch, ListOffsets), ``admin`` (CreateTopics, DeleteTopics,
 CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), ``groups`` (the
 group coordinator's APIs), ``producer_ids`` (InitProducerId), ``transactions``
-(InitProducerId with a transactional id, AddPartitionsToTxn, EndTxn) and ``security`` (the SCRAM
+(InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+TxnOffsetCommit) and ``security`` (the SCRAM
 credential APIs); ``common`` holds the state they share. ApiVersions is answered here, from ``ADVERTISED_VERSIONS``.
 """
 
@@ -64,7 +65,9 @@ _IMPLEMENTED_APIS = (
     ApiKey.DESCRIBE_CLUSTER,
     ApiKey.INIT_PRODUCER_ID,
     ApiKey.ADD_PARTITIONS_TO_TXN,
+    ApiKey.ADD_OFFSETS_TO_TXN,
     ApiKey.END_TXN,
+    ApiKey.TXN_OFFSET_COMMIT,
     ApiKey.FIND_COORDINATOR,
     ApiKey.JOIN_GROUP,
     ApiKey.SYNC_GROUP,
@@ -148,6 +151,8 @@ class KafkaApis(
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
             ApiKey.ADD_PARTITIONS_TO_TXN: self._add_partitions_to_txn,
             ApiKey.END_TXN: self._end_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: self._add_offsets_to_txn,
+            ApiKey.TXN_OFFSET_COMMIT: self._txn_offset_commit,
             ApiKey.SYNC_GROUP: self._sync_group,
             ApiKey.HEARTBEAT: self._heartbeat,
             ApiKey.LEAVE_GROUP: self._leave_group,

@@ -186,6 +186,8 @@ class RequestAuthorizer:
             ApiKey.DELETE_GROUPS: _delete_groups,
             ApiKey.INIT_PRODUCER_ID: _init_producer_id,
             ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn,
+            ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
             ApiKey.END_TXN: _transactional_write(
                 "transactional_id",
                 lambda: {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED},
@@ -521,6 +523,44 @@ def _offset_commit(context: _Context, header: RequestHeader, body: dict[str, Any
             },
         )
     return _commit_topics(context, header, body)
+
+
+def _add_offsets_to_txn(context: _Context, header: RequestHeader, body: dict[str, Any]) -> Decision:
+    """WRITE on the transactional id and READ on the group (Kafka's rules)."""
+    transactional_id = body.get("transactional_id") or ""
+    if not context.allows(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return Decision(
+            body, refusal={"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+        )
+    if not context.group(AclOperation.READ, body.get("group_id") or ""):
+        return Decision(body, refusal={"error_code": GROUP_DENIED})
+    return Decision(body)
+
+
+def _txn_offset_commit(context: _Context, header: RequestHeader, body: dict[str, Any]) -> Decision:
+    """WRITE on the transactional id, then OffsetCommit's rules (READ on the group and on
+    each topic)."""
+    transactional_id = body.get("transactional_id") or ""
+    if not context.allows(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return Decision(
+            body,
+            refusal={
+                "topics": [
+                    {
+                        "name": t["name"],
+                        "partitions": [
+                            {
+                                "partition_index": p["partition_index"],
+                                "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                            }
+                            for p in t.get("partitions") or []
+                        ],
+                    }
+                    for t in body.get("topics") or []
+                ]
+            },
+        )
+    return _offset_commit(context, header, body)
 
 
 def _offset_fetch(context: _Context, header: RequestHeader, body: dict[str, Any]) -> Decision:

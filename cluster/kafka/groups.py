@@ -13,6 +13,7 @@ their configuration changes."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from flux.protocol.api import RequestHeader
@@ -34,10 +35,10 @@ class GroupApis(KafkaApisBase):
 
     _groups: GroupCoordinator
 
-    async def find_transaction_coordinators(
-        self, keys: list[str], listener: str | None
-    ) -> list[dict[str, Any]]:
-        raise NotImplementedError  # TransactionApis
+    #: TransactionApis's (a mixin of the same ``KafkaApis``); annotated only, so not shadowed.
+    find_transaction_coordinators: Callable[
+        [list[str], str | None], Awaitable[list[dict[str, Any]]]
+    ]
 
     # -- consumer groups ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ refill so concurrent InitProducerId requests share one controller round trip.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from flux.protocol.api import RequestHeader
@@ -65,8 +66,8 @@ class ProducerIdApis(KafkaApisBase):
 
     _producer_ids: ProducerIdManager
 
-    async def _init_transactional_producer(self, body: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError  # TransactionApis
+    #: TransactionApis's (a mixin of the same ``KafkaApis``); annotated only, so not shadowed.
+    _init_transactional_producer: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
     # -- InitProducerId -----------------------------------------------------------------------
 

@@ -1,14 +1,18 @@
-"""The transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn and EndTxn,
-answered by the broker's ``TransactionCoordinator`` (``cluster.transactions``); FindCoordinator
-for key type 1 (transaction) is answered in ``groups``."""
+"""The transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn and EndTxn, answered by the broker's ``TransactionCoordinator``
+(``cluster.transactions``), and TxnOffsetCommit, answered by the group coordinator (offsets held
+until the transaction's marker reaches the group's offsets partition). FindCoordinator for key
+type 1 (transaction) is answered here too."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from flux.protocol.api import RequestHeader
 from flux.protocol.errors import ErrorCode
 
+from ..groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from ..transactions.coordinator import TXN_TOPIC, TransactionCoordinator
 from .common import KafkaApisBase
 
@@ -19,6 +23,10 @@ class TransactionApis(KafkaApisBase):
     """Kafka's transactional producer API, versions 0-3."""
 
     _transactions: TransactionCoordinator
+    _groups: GroupCoordinator
+
+    #: GroupApis's (a mixin of the same ``KafkaApis``); annotated only, so not shadowed.
+    create_offsets_topic: Callable[[], Awaitable[None]]
 
     async def create_transaction_topic(self) -> None:
         """Create ``__transaction_state`` when this broker's image lacks it (the first
@@ -117,6 +125,34 @@ class TransactionApis(KafkaApisBase):
                 {"name": name, "results_by_partition": parts} for name, parts in by_topic.items()
             ],
         }
+
+    async def _add_offsets_to_txn(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The group's ``__consumer_offsets`` partition joins the transaction (its marker
+        makes the transaction's TxnOffsetCommit offsets visible)."""
+        index = self._groups.partition_of(body["group_id"])
+        if index is None:
+            await self.create_offsets_topic()
+            index = self._groups.partition_of(body["group_id"])
+        if index is None:
+            error: ErrorCode = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        else:
+            answer = await self._transactions.add_partitions(
+                body["transactional_id"],
+                body["producer_id"],
+                body["producer_epoch"],
+                [(OFFSETS_TOPIC, index)],
+            )
+            error = answer if isinstance(answer, ErrorCode) else answer[(OFFSETS_TOPIC, index)]
+        if header.api_version < 2 and error == ErrorCode.PRODUCER_FENCED:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        return {"throttle_time_ms": 0, "error_code": error}
+
+    async def _txn_offset_commit(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, **await self._groups.txn_commit_offsets(body)}
 
     async def _end_txn(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
         error = await self._transactions.end_transaction(

@@ -201,14 +201,15 @@ class Partition:
     # -- leader -------------------------------------------------------------------------------
 
     def append_as_leader(
-        self, records: bytes | memoryview, *, markers: bool = False
+        self, records: bytes | memoryview, *, markers: bool = False, coordinator: bool = False
     ) -> AppendResult:
         """Append client batches stamped with this leader's epoch. Idempotent batches are
         checked against the producer state first: a retried batch already in the log is not
         written again (the result carries its original offsets); a sequence gap or a fenced
         epoch raises ``ProducerRejectedError`` and nothing is written. Control batches
         (transaction markers) only with ``markers`` (``write_txn_marker``): a client may not
-        write them."""
+        write them. ``coordinator``: a coordinator's own transactional batch (TxnOffsetCommit),
+        without sequence numbers, so not checked against the producer state."""
         assert self.is_leader, "only a leader appends client batches"
         headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
         if not markers and any(header.is_control for header in headers):
@@ -230,7 +231,7 @@ class Partition:
             self._check_memory_room(len(records))
         duplicates = []
         for header in headers:
-            if header.producer_id < 0 or header.is_control:
+            if header.producer_id < 0 or header.is_control or coordinator:
                 continue
             check = self.producers.check(
                 header.producer_id,

@@ -10,10 +10,12 @@ and takes over: transactions it finds in ``PrepareCommit``/``PrepareAbort`` get 
 written, and running ones keep their timeouts.
 
 **Ending a transaction** (EndTxn): ``Ongoing -> Prepare*`` is written first (that is the
-decision), the client is answered, then the marker (``protocol.control``) goes to the leader of
+decision), then the marker (``protocol.control``) goes to the leader of
 every partition of the transaction -- here by ``Partition.write_txn_marker``, elsewhere over the
 internal transport (``POST /internal/txn-markers``, Kafka's WriteTxnMarkers) -- and waits for its
-in-sync replicas; when all are written, ``Complete*`` is. A partition whose leader cannot be
+in-sync replicas; when all are written, ``Complete*`` is, and the client is answered (after
+at most ``END_TXN_WAIT_S``: the decision stands whether or not the markers are done). A
+partition whose leader cannot be
 reached is retried with backoff until it answers or this broker stops coordinating the id; a
 deleted partition needs no marker. Until ``Complete*``, the id's next AddPartitionsToTxn,
 EndTxn or InitProducerId is answered ``CONCURRENT_TRANSACTIONS`` (clients retry).
@@ -59,6 +61,8 @@ LOAD_READ_BYTES = 8 << 20
 ABORT_CHECK_INTERVAL_S = 1.0
 MARKER_RETRY_MIN_S = 0.05
 MARKER_RETRY_MAX_S = 2.0
+#: How long EndTxn waits for the markers before answering (the decision is written already).
+END_TXN_WAIT_S = 5.0
 #: Kafka's ``transaction.max.timeout.ms`` default (15 minutes).
 MAX_TIMEOUT_MS = 900_000
 
@@ -85,8 +89,13 @@ class TransactionCoordinator:
         *,
         peers: Callable[[], BrokerPeers],
         create_topic: Callable[[], Awaitable[None]],
+        on_marker: Callable[[str, int, int, bool], None] | None = None,
     ) -> None:
+        """``on_marker(topic, partition, producer id, commit)``: a marker this broker wrote
+        (as the partition's leader) is replicated; the group coordinator makes the
+        transaction's offsets visible or drops them."""
         self._replicas = replicas
+        self._on_marker = on_marker
         self._producer_ids = producer_ids
         self._peers = peers
         self._create_topic = create_topic
@@ -371,20 +380,29 @@ class TransactionCoordinator:
                     raise _Refused(ErrorCode.INVALID_TXN_STATE)
                 deciding = metadata.moved(target, update_ms=_now_ms())
                 await self._persist(partition, deciding)
-                self._complete_later(deciding)
+                completion = self._complete_later(deciding)
         except _Refused as refused:
             return refused.error
+        # The decision is durable: the answer is NONE whatever happens next. It waits (a
+        # while) for the markers, so that the producer's next transaction does not begin with
+        # CONCURRENT_TRANSACTIONS and a client back-off.
+        try:
+            await asyncio.wait_for(asyncio.shield(completion), END_TXN_WAIT_S)
+        except (TimeoutError, asyncio.CancelledError):
+            pass  # still being completed (or by the next coordinator)
+        except Exception:
+            log.exception("completing transaction %s failed", transactional_id)
         return ErrorCode.NONE
 
-    def _complete_later(self, metadata: TxnMetadata) -> None:
+    def _complete_later(self, metadata: TxnMetadata) -> asyncio.Task[None]:
         """Write the markers of a prepared transaction, then its ``Complete*`` state."""
         transactional_id = metadata.transactional_id
         running = self._completions.get(transactional_id)
         if running is not None and not running.done():
-            return
-        self._completions[transactional_id] = asyncio.get_running_loop().create_task(
-            self._complete(metadata)
-        )
+            return running
+        task = asyncio.get_running_loop().create_task(self._complete(metadata))
+        self._completions[transactional_id] = task
+        return task
 
     async def _complete(self, metadata: TxnMetadata) -> None:
         transactional_id = metadata.transactional_id
@@ -483,7 +501,7 @@ class TransactionCoordinator:
         commit = bool(request["commit"])
         coordinator_epoch = int(request["coordinator_epoch"])
         errors: dict[str, int] = {}
-        waits: list[tuple[str, asyncio.Future[ErrorCode]]] = []
+        waits: list[tuple[str, str, int, asyncio.Future[ErrorCode]]] = []
         for topic, index in request["partitions"]:
             name = f"{topic}:{index}"
             partition = self._replicas.partition(str(topic), int(index))
@@ -501,13 +519,16 @@ class TransactionCoordinator:
                 log.error("marker to %s failed: %s", name, error)
                 errors[name] = ErrorCode.KAFKA_STORAGE_ERROR
                 continue
-            waits.append((name, partition.add_delayed_produce(result.last_offset + 1)))
-        for name, waiter in waits:
+            waiter = partition.add_delayed_produce(result.last_offset + 1)
+            waits.append((name, str(topic), int(index), waiter))
+        for name, topic, index, waiter in waits:
             try:
                 code = await asyncio.wait_for(waiter, WRITE_TIMEOUT_S)
             except TimeoutError:
                 code = ErrorCode.REQUEST_TIMED_OUT
             errors[name] = code
+            if code == ErrorCode.NONE and self._on_marker is not None:
+                self._on_marker(topic, index, producer_id, commit)
         return {name: int(code) for name, code in errors.items()}
 
     # -- timeouts -----------------------------------------------------------------------------

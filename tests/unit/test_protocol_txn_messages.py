@@ -711,7 +711,12 @@ def test_messages_are_registered_with_their_versions(api_key: int) -> None:
 
 
 #: The transaction APIs the broker serves, and the versions it serves them in.
-SERVED = {ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.END_TXN: (0, 3)}
+SERVED = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+}
 
 
 def test_served_transaction_apis() -> None:

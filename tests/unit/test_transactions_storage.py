@@ -89,9 +89,7 @@ def test_the_log_keeps_its_index_in_step(tmp_path: Path) -> None:
 
 
 def _data(state: ProducerStateManager, offset: int, epoch: int = 0, seq: int = 0, n: int = 1):
-    return state.record_batch_header(
-        PID, epoch, seq, n, offset, n - 1, 1000, is_transactional=True
-    )
+    return state.record_batch_header(PID, epoch, seq, n, offset, n - 1, 1000, is_transactional=True)
 
 
 def _marker(state: ProducerStateManager, offset: int, kind: int, epoch: int = 0):
