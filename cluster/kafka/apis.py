@@ -18,7 +18,7 @@ The handlers are mixins, one module per API family: ``metadata`` (Metadata, Desc
 CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), ``groups`` (the
 group coordinator's APIs), ``producer_ids`` (InitProducerId), ``transactions``
 (InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-TxnOffsetCommit) and ``security`` (the SCRAM
+TxnOffsetCommit, DescribeTransactions, ListTransactions, DescribeProducers) and ``security`` (the SCRAM
 credential APIs); ``common`` holds the state they share. ApiVersions is answered here, from ``ADVERTISED_VERSIONS``.
 """
 
@@ -68,6 +68,9 @@ _IMPLEMENTED_APIS = (
     ApiKey.ADD_OFFSETS_TO_TXN,
     ApiKey.END_TXN,
     ApiKey.TXN_OFFSET_COMMIT,
+    ApiKey.DESCRIBE_PRODUCERS,
+    ApiKey.DESCRIBE_TRANSACTIONS,
+    ApiKey.LIST_TRANSACTIONS,
     ApiKey.FIND_COORDINATOR,
     ApiKey.JOIN_GROUP,
     ApiKey.SYNC_GROUP,
@@ -153,6 +156,9 @@ class KafkaApis(
             ApiKey.END_TXN: self._end_txn,
             ApiKey.ADD_OFFSETS_TO_TXN: self._add_offsets_to_txn,
             ApiKey.TXN_OFFSET_COMMIT: self._txn_offset_commit,
+            ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
+            ApiKey.DESCRIBE_TRANSACTIONS: self._describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: self._list_transactions,
             ApiKey.SYNC_GROUP: self._sync_group,
             ApiKey.HEARTBEAT: self._heartbeat,
             ApiKey.LEAVE_GROUP: self._leave_group,

@@ -188,6 +188,9 @@ class RequestAuthorizer:
             ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
             ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn,
             ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
+            ApiKey.DESCRIBE_TRANSACTIONS: _describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: _list_transactions,
+            ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
             ApiKey.END_TXN: _transactional_write(
                 "transactional_id",
                 lambda: {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED},
@@ -561,6 +564,85 @@ def _txn_offset_commit(context: _Context, header: RequestHeader, body: dict[str,
             },
         )
     return _offset_commit(context, header, body)
+
+
+def _describe_transactions(
+    context: _Context, header: RequestHeader, body: dict[str, Any]
+) -> Decision:
+    """DESCRIBE on each transactional id; the others are answered as refused."""
+    ids = body.get("transactional_ids") or []
+
+    def allowed(transactional_id: str) -> bool:
+        return context.allows(
+            AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        )
+
+    refused = [i for i in ids if not allowed(i)]
+    if not refused:
+        return Decision(body)
+
+    def patch(answer: dict[str, Any]) -> dict[str, Any]:
+        answer.setdefault("transaction_states", []).extend(
+            {
+                "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "transactional_id": transactional_id,
+                "transaction_state": "",
+                "transaction_timeout_ms": 0,
+                "transaction_start_time_ms": -1,
+                "producer_id": -1,
+                "producer_epoch": -1,
+                "topics": [],
+            }  # fmt: skip
+            for transactional_id in refused
+        )
+        return answer
+
+    return Decision({**body, "transactional_ids": [i for i in ids if allowed(i)]}, patch=patch)
+
+
+def _list_transactions(context: _Context, header: RequestHeader, body: dict[str, Any]) -> Decision:
+    """Only the transactional ids the principal may DESCRIBE are listed (Kafka's rule)."""
+
+    def patch(answer: dict[str, Any]) -> dict[str, Any]:
+        answer["transaction_states"] = [
+            state
+            for state in answer.get("transaction_states", [])
+            if context.allows(
+                AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, state["transactional_id"]
+            )
+        ]
+        return answer
+
+    return Decision(body, patch=patch)
+
+
+def _describe_producers(context: _Context, header: RequestHeader, body: dict[str, Any]) -> Decision:
+    """READ on each topic; the partitions of the others are answered as refused."""
+    topics = body.get("topics") or []
+    refused = [t for t in topics if not context.topic(AclOperation.READ, t["name"])]
+    if not refused:
+        return Decision(body)
+
+    def patch(answer: dict[str, Any]) -> dict[str, Any]:
+        answer.setdefault("topics", []).extend(
+            {
+                "name": topic["name"],
+                "partitions": [
+                    {
+                        "partition_index": index,
+                        "error_code": TOPIC_DENIED,
+                        "error_message": None,
+                        "active_producers": [],
+                    }  # fmt: skip
+                    for index in topic["partition_indexes"]
+                ],
+            }
+            for topic in refused
+        )
+        return answer
+
+    kept = [t for t in topics if t not in refused]
+    return Decision({**body, "topics": kept}, patch=patch)
 
 
 def _offset_fetch(context: _Context, header: RequestHeader, body: dict[str, Any]) -> Decision:

@@ -2,10 +2,14 @@
 AddOffsetsToTxn and EndTxn, answered by the broker's ``TransactionCoordinator``
 (``cluster.transactions``), and TxnOffsetCommit, answered by the group coordinator (offsets held
 until the transaction's marker reaches the group's offsets partition). FindCoordinator for key
-type 1 (transaction) is answered here too."""
+type 1 (transaction) is answered here too, and the admin reads: DescribeTransactions (by each
+id's coordinator), ListTransactions (each broker lists the ids it coordinates, as in Kafka)
+and DescribeProducers (by each partition's leader, from its producer state)."""
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,6 +18,7 @@ from flux.protocol.errors import ErrorCode
 
 from ..groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from ..transactions.coordinator import TXN_TOPIC, TransactionCoordinator
+from ..transactions.state import TxnState
 from .common import KafkaApisBase
 
 __all__ = ["TransactionApis"]
@@ -161,3 +166,101 @@ class TransactionApis(KafkaApisBase):
         if header.api_version < 2 and error == ErrorCode.PRODUCER_FENCED:
             error = ErrorCode.INVALID_PRODUCER_EPOCH
         return {"throttle_time_ms": 0, "error_code": error}
+
+    # -- admin reads --------------------------------------------------------------------------
+
+    async def _describe_transactions(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        states = []
+        for transactional_id in body["transactional_ids"]:
+            entry: dict[str, Any] = {
+                "error_code": ErrorCode.NONE, "transactional_id": transactional_id,
+                "transaction_state": "", "transaction_timeout_ms": 0,
+                "transaction_start_time_ms": -1, "producer_id": -1, "producer_epoch": -1,
+                "topics": [],
+            }  # fmt: skip
+            if self._transactions.coordinator_of(transactional_id) != self._node_id:
+                entry["error_code"] = ErrorCode.NOT_COORDINATOR
+            elif (metadata := self._transactions.describe(transactional_id)) is None:
+                entry["error_code"] = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+            else:
+                by_topic: dict[str, list[int]] = {}
+                for topic, index in metadata.partitions:
+                    by_topic.setdefault(topic, []).append(index)
+                entry.update(
+                    transaction_state=metadata.state.value,
+                    transaction_timeout_ms=metadata.timeout_ms,
+                    transaction_start_time_ms=metadata.start_ms,
+                    producer_id=metadata.producer_id,
+                    producer_epoch=metadata.producer_epoch,
+                    topics=[{"topic": t, "partitions": p} for t, p in by_topic.items()],
+                )
+            states.append(entry)
+        return {"throttle_time_ms": 0, "transaction_states": states}
+
+    async def _list_transactions(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        known = {state.value for state in TxnState}
+        wanted = set(body.get("state_filters") or [])
+        producers = set(body.get("producer_id_filters") or [])
+        duration_ms = body.get("duration_filter", -1)
+        pattern = body.get("transactional_id_pattern")
+        try:
+            matcher = re.compile(pattern) if pattern else None
+        except re.error:
+            return {
+                "throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
+                "unknown_state_filters": [], "transaction_states": [],
+            }  # fmt: skip
+        now = int(time.time() * 1000)
+        listed = [
+            {
+                "transactional_id": m.transactional_id,
+                "producer_id": m.producer_id,
+                "transaction_state": m.state.value,
+            }
+            for m in self._transactions.transactions()
+            if (not wanted or m.state.value in wanted)
+            and (not producers or m.producer_id in producers)
+            and (duration_ms < 0 or (m.start_ms >= 0 and now - m.start_ms >= duration_ms))
+            and (matcher is None or matcher.fullmatch(m.transactional_id))
+        ]
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.NONE,
+            "unknown_state_filters": sorted(wanted - known),
+            "transaction_states": listed,
+        }
+
+    async def _describe_producers(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        topics = []
+        for topic in body["topics"]:
+            partitions = []
+            for index in topic["partition_indexes"]:
+                entry: dict[str, Any] = {
+                    "partition_index": index, "error_code": ErrorCode.NONE,
+                    "error_message": None, "active_producers": [],
+                }  # fmt: skip
+                found = self._replicas.partition_for_leader(topic["name"], index)
+                if isinstance(found, ErrorCode):
+                    entry["error_code"] = found
+                else:
+                    ongoing = found.producers.ongoing_transactions()
+                    entry["active_producers"] = [
+                        {
+                            "producer_id": producer_id,
+                            "producer_epoch": producer.producer_epoch,
+                            "last_sequence": producer.last_seq if producer.batches else -1,
+                            "last_timestamp": producer.last_timestamp_ms,
+                            "coordinator_epoch": -1,
+                            "current_txn_start_offset": ongoing.get(producer_id, -1),
+                        }
+                        for producer_id, producer in found.producers.producers().items()
+                    ]
+                partitions.append(entry)
+            topics.append({"name": topic["name"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}

@@ -167,3 +167,81 @@ def _stable_end(bootstrap: str, topic: str) -> int:
         return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
     finally:
         consumer.close()
+
+
+def test_admin_reads_describe_list_and_producers(cluster_factory) -> None:
+    """DescribeTransactions at the id's coordinator, ListTransactions at every broker (each
+    lists what it coordinates) and DescribeProducers at the partition's leader, while a
+    transaction is open and after it committed."""
+    from flux.protocol.api import ApiKey
+    from flux.protocol.errors import ErrorCode
+    from flux.sdk.wire import KafkaConnection
+
+    from tests.integration.cluster_helpers import partitions
+
+    nodes = cluster_factory(3)
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    create_topic(nodes[0], "tx-admin", 1, 3)
+    producer = _producer(bootstrap, "admin-app")
+    producer.begin_transaction()
+    producer.produce("tx-admin", value=b"x")
+    producer.flush(30)
+
+    def ask(node_id: int, api: int, version: int, body: dict) -> dict:
+        node = next(n for n in nodes if n.node_id == node_id)
+        with KafkaConnection.from_bootstrap(node.bootstrap_servers, timeout_s=10) as conn:
+            return conn.request(api, version, body)
+
+    found = ask(nodes[0].node_id, ApiKey.FIND_COORDINATOR, 4,
+                {"key_type": 1, "coordinator_keys": ["admin-app", "nobody"]})  # fmt: skip
+    coordinator, nobodys = (entry["node_id"] for entry in found["coordinators"])
+    unknown = ask(nobodys, ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["nobody"]})
+    assert unknown["transaction_states"][0]["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+    def describe() -> dict:
+        answer = ask(coordinator, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                     {"transactional_ids": ["admin-app"]})  # fmt: skip
+        return answer["transaction_states"][0]
+
+    running = describe()
+    assert running["error_code"] == ErrorCode.NONE
+    assert running["transaction_state"] == "Ongoing"
+    assert running["topics"] == [{"topic": "tx-admin", "partitions": [0]}]
+    other = next(n.node_id for n in nodes if n.node_id != coordinator)
+    elsewhere = ask(other, ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["admin-app"]})
+    assert elsewhere["transaction_states"][0]["error_code"] == ErrorCode.NOT_COORDINATOR
+
+    def listed(**filters) -> list[tuple[str, str]]:
+        body = {"state_filters": [], "producer_id_filters": [], **filters}
+        answers = [ask(n.node_id, ApiKey.LIST_TRANSACTIONS, 1, body) for n in nodes]
+        return sorted(
+            (s["transactional_id"], s["transaction_state"])
+            for a in answers
+            for s in a["transaction_states"]
+        )
+
+    assert listed() == [("admin-app", "Ongoing")]
+    assert listed(state_filters=["CompleteCommit"]) == []
+    assert listed(producer_id_filters=[running["producer_id"]]) == [("admin-app", "Ongoing")]
+    bogus = ask(nodes[0].node_id, ApiKey.LIST_TRANSACTIONS, 0,
+                {"state_filters": ["Bogus"], "producer_id_filters": []})  # fmt: skip
+    assert bogus["unknown_state_filters"] == ["Bogus"]
+
+    leader = partitions(nodes[0], "tx-admin")[0]["leader_id"]
+
+    def producers() -> list[dict]:
+        answer = ask(leader, ApiKey.DESCRIBE_PRODUCERS, 0,
+                     {"topics": [{"name": "tx-admin", "partition_indexes": [0]}]})  # fmt: skip
+        partition = answer["topics"][0]["partitions"][0]
+        assert partition["error_code"] == ErrorCode.NONE
+        return partition["active_producers"]
+
+    [active] = producers()
+    assert (active["producer_id"], active["current_txn_start_offset"]) == (
+        running["producer_id"],
+        0,
+    )
+    producer.commit_transaction(30)
+    assert describe()["transaction_state"] == "CompleteCommit"
+    assert listed(state_filters=["CompleteCommit"]) == [("admin-app", "CompleteCommit")]
+    assert producers()[0]["current_txn_start_offset"] == -1

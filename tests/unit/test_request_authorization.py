@@ -221,3 +221,64 @@ def test_transactional_requests_need_write_on_the_transactional_id() -> None:
     }
     foreign = authorizer.check(header, add("x", ["orders-eu"]), "User:alice", "h")
     assert codes(foreign) == {"orders-eu": {ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}}
+
+
+def test_transaction_admin_reads_and_offsets_in_transactions() -> None:
+    image = IMAGE.replay_all(
+        [
+            _acl(
+                ResourceType.TRANSACTIONAL_ID,
+                "app-",
+                "User:alice",
+                AclOperation.WRITE,
+                pattern=PatternType.PREFIXED,
+            )
+        ],  # fmt: skip
+        2,
+    )
+    authorizer = RequestAuthorizer(
+        enabled=True, super_users=frozenset(), allow_everyone_if_no_acl_found=False,
+        image=lambda: image,
+    )  # fmt: skip
+    # WRITE implies DESCRIBE (Kafka): alice sees her ids, not others'.
+    describe = authorizer.check(
+        _header(ApiKey.DESCRIBE_TRANSACTIONS, 0),
+        {"transactional_ids": ["app-1", "other"]},
+        "User:alice",
+        "h",
+    )
+    assert describe.body["transactional_ids"] == ["app-1"]
+    patched = describe.patch({"transaction_states": []})["transaction_states"]
+    assert [(s["transactional_id"], s["error_code"]) for s in patched] == [
+        ("other", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    ]
+    listing = authorizer.check(_header(ApiKey.LIST_TRANSACTIONS, 1), {}, "User:alice", "h")
+    answer = {"transaction_states": [{"transactional_id": i} for i in ("app-2", "other")]}
+    assert listing.patch(answer)["transaction_states"] == [{"transactional_id": "app-2"}]
+    producers = authorizer.check(
+        _header(ApiKey.DESCRIBE_PRODUCERS, 0),
+        {
+            "topics": [
+                {"name": "payments", "partition_indexes": [0]},
+                {"name": "secret", "partition_indexes": [1]},
+            ]
+        },  # fmt: skip
+        "User:alice",
+        "10.0.0.1",  # alice may READ payments from there
+    )
+    assert [t["name"] for t in producers.body["topics"]] == ["payments"]
+    refused = producers.patch({"topics": []})["topics"]
+    assert refused[0]["partitions"][0]["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    # Offsets in a transaction: WRITE on the id, READ on the group (alice may read group g).
+    add = {"transactional_id": "app-1", "producer_id": 1, "producer_epoch": 0, "group_id": "g"}
+    header = _header(ApiKey.ADD_OFFSETS_TO_TXN, 3)
+    assert authorizer.check(header, add, "User:alice", "h").refusal is None
+    assert authorizer.check(header, {**add, "group_id": "h"}, "User:alice", "h").refusal == {
+        "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED
+    }
+    commit = {**add, "topics": [{"name": "payments", "partitions": [{"partition_index": 0}]}]}
+    txn_commit = _header(ApiKey.TXN_OFFSET_COMMIT, 3)
+    foreign = authorizer.check(txn_commit, {**commit, "transactional_id": "x"}, "User:alice", "h")
+    assert foreign.refusal["topics"][0]["partitions"][0]["error_code"] == (
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    )
