@@ -20,6 +20,9 @@ f                       value
                         (whose records are ordinary ``poll`` ops) read every partition to its
                         high watermark after the faults healed
 ``crash``               ``info``: the process died (its last op, if open, is ``info``)
+``txn``, ``txn-poll``,  the transactional workload's (``txn_workload``), checked by
+``txn-final-read``      ``txn_checker``: ``txn-aborted-read`` (G1a), ``txn-intermediate-read``
+                        (G1b), ``txn-lost-write``, ``txn-duplicate``, ``txn-non-atomic``
 nemesis ops             process ``nemesis``: ``kill``, ``pause``, ``restart``, ... (marked on
                         the plot; ignored by the detectors)
 ======================  ======================================================================
@@ -59,6 +62,7 @@ from typing import Any
 
 from . import limits
 from .history import Op, pairs
+from .txn_checker import TXN_ANOMALIES, check_transactions
 
 __all__ = [
     "ANOMALIES",
@@ -79,6 +83,7 @@ ANOMALIES = (
     "poll-skip",
     "aborted-read",
     "committed-offset-backwards",
+    *TXN_ANOMALIES,
 )
 LEGAL_NOTES = ("duplicate-non-idempotent",)
 NEMESIS_PROCESS = "nemesis"
@@ -145,8 +150,11 @@ class _Facts:
 
 
 def check(ops: Iterable[Op]) -> CheckResult:
-    """Run every detector over ``ops`` and sum up."""
-    facts = _facts(list(ops))
+    """Run every detector over ``ops`` (the transactional ones of ``txn_checker`` too) and sum
+    up."""
+    ops = list(ops)
+    facts = _facts(ops)
+    txn_found, txn_unknown, txn_stats = check_transactions(ops)
     found: dict[str, list[dict[str, Any]]] = {
         "lost-write": _lost_writes(facts),
         "unseen": _unseen(facts),
@@ -158,11 +166,13 @@ def check(ops: Iterable[Op]) -> CheckResult:
     duplicates_illegal, duplicates_legal = _duplicates(facts)
     found["duplicate"] = duplicates_illegal
     found["non-monotonic-poll"], found["poll-skip"] = _poll_anomalies(facts)
+    for name in TXN_ANOMALIES:
+        found[name] = txn_found.get(name, [])
     anomalies = {name: _summary(name, found[name]) for name in ANOMALIES if found[name]}
     notes = {}
     if duplicates_legal:
         notes["duplicate-non-idempotent"] = _summary("duplicate-non-idempotent", duplicates_legal)
-    unknown_reasons = []
+    unknown_reasons = list(txn_unknown)
     if not facts.acked:
         unknown_reasons.append("no send was acknowledged")
     if not facts.final_read_ok:
@@ -176,7 +186,7 @@ def check(ops: Iterable[Op]) -> CheckResult:
         valid=valid,
         anomalies=anomalies,
         notes=notes,
-        stats=_stats(facts),
+        stats={**_stats(facts), **txn_stats},
         availability=_availability(facts),
         unknown_reasons=unknown_reasons,
     )

@@ -4,7 +4,8 @@ Two halves, as in Jepsen's ``nemesis.clj`` / ``generator.clj``:
 
 * A **schedule** is a list of ``Step(at_s, f, target)`` made by a scenario's generator from a
   seed alone (``random.Random(seed)``), so the same seed prints the same schedule. A target is
-  a *role* (``leader``, ``follower``, ``controller``, ``coordinator``, ``any``), resolved to a
+  a *role* (``leader``, ``follower``, ``controller``, ``coordinator`` (of the workload's group),
+  ``txn-coordinator`` (of its first transactional id), ``any``), resolved to a
   node only when the step runs, since which node leads depends on the run; the resolution draws
   from a second seeded stream and is written into the history.
 * The **executor** (``Nemesis``) runs the steps against a ``ClusterControl``: the hook a
@@ -66,7 +67,7 @@ FAULTS = (
     "start",
     "recover",
 )
-TARGETS = ("leader", "follower", "controller", "coordinator", "any")
+TARGETS = ("leader", "follower", "controller", "coordinator", "txn-coordinator", "any")
 #: Kafka's internal topic of group offsets, whose ISRs the recovery also waits for.
 OFFSETS_TOPIC = "__consumer_offsets"
 #: A corrupted tail gets one flipped byte within this many bytes of the segment end, a
@@ -218,12 +219,14 @@ class Nemesis:
         seed: int,
         topic: str,
         group: str | None = None,
+        transactional_id: str | None = None,
         log: Callable[[str], None] = print,
     ) -> None:
         self.control = control
         self.history = history
         self.topic = topic
         self.group = group
+        self.transactional_id = transactional_id
         self._rng = random.Random(f"{seed}-targets")
         self._log = log
         self._down: set[int] = set()
@@ -413,6 +416,8 @@ class Nemesis:
             return node if node in healthy else None
         if target == "coordinator":
             return self._coordinator(healthy)
+        if target == "txn-coordinator":
+            return self._coordinator(healthy, key=self.transactional_id, key_type=1)
         leaders, replicas = self._topic_layout()
         if not leaders:
             return None
@@ -437,18 +442,22 @@ class Nemesis:
         replicas = {p.partition: list(p.replicas) for p in description.partitions}
         return leaders, replicas
 
-    def _coordinator(self, healthy: list[int]) -> int | None:
-        """FindCoordinator (v1, over the SDK's one-request ``KafkaConnection``) asked of each
-        address in turn until one answers without an error."""
-        if self.group is None:
+    def _coordinator(
+        self, healthy: list[int], *, key: str | None = None, key_type: int = 0
+    ) -> int | None:
+        """FindCoordinator (v1, over the SDK's one-request ``KafkaConnection``) of the group
+        (or of ``key`` of ``key_type``: 1 is a transactional id) asked of each address in turn
+        until one answers without an error."""
+        key = self.group if key_type == 0 else key
+        if key is None:
             return None
-        if self.control.client_config():
+        if self.control.client_config() and key_type == 0:
             return self._secured_coordinator(healthy)
         for address in self.control.bootstrap_servers().split(","):
             try:
                 with KafkaConnection.from_bootstrap(address, timeout_s=limits.OP_TIMEOUT_S) as conn:
                     answer = conn.request(
-                        ApiKey.FIND_COORDINATOR, 1, {"key": self.group, "key_type": 0}
+                        ApiKey.FIND_COORDINATOR, 1, {"key": key, "key_type": key_type}
                     )
             except OSError:
                 continue

@@ -41,6 +41,7 @@ from .history import History
 from .nemesis import ClusterControl, Nemesis, Step, format_schedule, wait_full_isr
 from .report import format_report, write_report
 from .scenarios import Scenario, generate_schedule
+from .txn_workload import TXN_TOPIC, TxnWorkload, transactional_id, txn_final_read
 from .workloads import GroupWorkload, LogWorkload, final_read
 
 __all__ = [
@@ -113,7 +114,13 @@ def run_scenario(
     log(schedule_text or "  (no steps)")
     bootstrap = control.bootstrap_servers()
     client_config = control.client_config()
-    _create_topic(bootstrap, replication_factor=min(3, len(nodes)), client_config=client_config)
+    transactional = scenario.workload.transactional_producers > 0
+    topics = [TOPIC, TXN_TOPIC] if transactional else [TOPIC]
+    for topic in topics:
+        _create_topic(
+            bootstrap, replication_factor=min(3, len(nodes)), client_config=client_config,
+            topic=topic,
+        )  # fmt: skip
     history = History()
     partitions = list(range(PARTITIONS))
     workloads: list[Any] = [
@@ -125,8 +132,29 @@ def run_scenario(
                 history, bootstrap, TOPIC, GROUP, scenario.workload, seed, log, client_config
             )
         )
+    if transactional:
+        workloads.append(
+            TxnWorkload(
+                history,
+                bootstrap,
+                TXN_TOPIC,
+                partitions,
+                scenario.workload.transactional_producers,
+                seed,
+                log,
+                client_config,
+            )  # fmt: skip
+        )
     group = GROUP if scenario.workload.group_members else None
-    nemesis = Nemesis(control, history, seed=seed, topic=TOPIC, group=group, log=log)
+    nemesis = Nemesis(
+        control,
+        history,
+        seed=seed,
+        topic=TOPIC,
+        group=group,
+        transactional_id=transactional_id(0) if transactional else None,
+        log=log,
+    )
     stop = threading.Event()
     for workload in workloads:
         workload.start()
@@ -136,9 +164,11 @@ def run_scenario(
     finally:
         for workload in workloads:
             workload.stop()
-    if not wait_full_isr(bootstrap, [TOPIC], client_config=client_config):
+    if not wait_full_isr(bootstrap, topics, client_config=client_config):
         log("chaos: the topic did not regain full ISRs in time; reading anyway")
     final_read(history, bootstrap, TOPIC, client_config=client_config)
+    if transactional:
+        txn_final_read(history, bootstrap, TXN_TOPIC, partitions, client_config=client_config)
     ops = history.ops()
     history_module.save(ops, out_dir / "history.jsonl")
     result = check(ops)
@@ -152,12 +182,16 @@ def run_scenario(
 
 
 def _create_topic(
-    bootstrap: str, *, replication_factor: int, client_config: Mapping[str, str]
+    bootstrap: str,
+    *,
+    replication_factor: int,
+    client_config: Mapping[str, str],
+    topic: str = TOPIC,
 ) -> None:
     with Admin(bootstrap, timeout_s=30, security=client_config or None) as admin:
         try:
             admin.create_topic(
-                TOPIC,
+                topic,
                 partitions=PARTITIONS,
                 replication_factor=replication_factor,
                 configs={"min.insync.replicas": str(min(2, replication_factor))},
@@ -167,6 +201,6 @@ def _create_topic(
         # Leaders of a new topic appear in every broker's metadata a moment after creation.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if all(p.leader >= 0 for p in admin.describe_topic(TOPIC).partitions):
+            if all(p.leader >= 0 for p in admin.describe_topic(topic).partitions):
                 return
             time.sleep(0.1)

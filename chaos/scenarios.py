@@ -131,6 +131,22 @@ def _mixed(rng: random.Random, duration_s: float, nodes: int, partitions: bool) 
 
 _LOG = WorkloadSpec()
 _LOG_AND_GROUP = WorkloadSpec(group_members=("confluent", "flux"))
+#: Transactions in front, with a lighter log workload beside them (two cores run it all).
+_TRANSACTIONS = WorkloadSpec(
+    producers=(("confluent", True),), consumers=("confluent",), transactional_producers=2
+)
+TRANSACTION_FAULTS = (
+    ("kill", "txn-coordinator"),
+    ("kill", "leader"),
+    ("kill", "controller"),
+)
+
+
+def _transactions(
+    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+) -> list[Step]:
+    return _cycles(rng, duration_s, lambda r: r.choice(TRANSACTION_FAULTS))
+
 
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
@@ -178,6 +194,14 @@ SCENARIOS: dict[str, Scenario] = {
             "one at a time with gaps",
             _whole_cluster_crash,
             _LOG,
+        ),
+        Scenario(
+            "transactions",
+            "multi-partition transactions (a fifth aborted on purpose) read with read_committed "
+            "while the transaction coordinator, partition leaders and the active controller "
+            "are SIGKILLed mid-commit",
+            _transactions,
+            _TRANSACTIONS,
         ),
         Scenario(
             "mixed",

@@ -62,6 +62,8 @@ class WorkloadSpec:
     #: Seconds between member kills (drawn uniformly from this range).
     member_kill_interval_s: tuple[float, float] = (4.0, 8.0)
     send_rate_per_producer: float = limits.SEND_RATE_PER_PRODUCER
+    #: Transactional producers of the transactional workload (``txn_workload``; 0: none).
+    transactional_producers: int = 0
 
 
 @dataclass

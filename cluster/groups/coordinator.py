@@ -58,9 +58,11 @@ from ..replication.replica_manager import ReplicaManager
 from .expiration import plan_expiration
 from .offsets_records import (
     PUSH_GROUP_PREFIX,
+    OffsetCommitEntry,
     OffsetsState,
     group_metadata_record,
     offset_commit_record,
+    parse_record,
     partition_for_group,
     tombstone_for_group,
     tombstone_for_offset,
@@ -687,6 +689,23 @@ class GroupCoordinator:
         group_id = body["group_id"]
         producer_id, producer_epoch = body["producer_id"], body["producer_epoch"]
         owner = self._owner(group_id)
+        generation = body.get("generation_id", -1)
+        if not isinstance(owner, ErrorCode) and generation >= 0:
+            # v3+ (KIP-447): a member's commit is checked like OffsetCommit's, so a producer
+            # left over from an older generation is fenced.
+            group = self._groups.get(group_id)
+            checked = (
+                ErrorCode.ILLEGAL_GENERATION
+                if group is None
+                else group.validate_commit(
+                    member_id=body.get("member_id", ""),
+                    generation_id=generation,
+                    group_instance_id=body.get("group_instance_id"),
+                    now_ms=_now_ms(),
+                )
+            )
+            if checked != ErrorCode.NONE:
+                owner = checked
         now = _now_ms()
         results: dict[tuple[str, int], ErrorCode] = {}
         records: Records = []
@@ -753,13 +772,17 @@ class GroupCoordinator:
             self._replay(index, state, held)
 
     def fetch_offsets(
-        self, group_id: str, topics: list[dict[str, Any]] | None
+        self, group_id: str, topics: list[dict[str, Any]] | None, *, require_stable: bool = False
     ) -> tuple[ErrorCode, list[dict[str, Any]]]:
+        """The group's committed offsets. ``require_stable`` (OffsetFetch v7+, KIP-447): a
+        partition with offsets committed in a transaction that has not ended yet is answered
+        ``UNSTABLE_OFFSET_COMMIT`` (the client retries), not with the older offset."""
         owner = self._owner(group_id)
         if isinstance(owner, ErrorCode):
             return owner, []
-        _, state = owner
+        partition, state = owner
         committed = state.offsets(group_id)
+        unstable = self._pending_partitions(partition.index, group_id) if require_stable else set()
         if topics is None:
             wanted: dict[str, list[int]] = {}
             for name, index in sorted(committed):
@@ -777,11 +800,26 @@ class GroupCoordinator:
                         "committed_offset": entry.offset if entry else -1,
                         "committed_leader_epoch": entry.leader_epoch if entry else -1,
                         "metadata": entry.metadata if entry else "",
-                        "error_code": ErrorCode.NONE,
+                        "error_code": ErrorCode.UNSTABLE_OFFSET_COMMIT
+                        if (name, index) in unstable
+                        else ErrorCode.NONE,
                     }
                 )
             answer.append({"name": name, "partitions": partitions})
         return ErrorCode.NONE, answer
+
+    def _pending_partitions(self, index: int, group_id: str) -> set[tuple[str, int]]:
+        """(topic, partition) of ``group_id`` with offsets in transactions still open."""
+        pending = set()
+        for records in self._pending_txn.get(index, {}).values():
+            for key, value in records:
+                try:
+                    entry = parse_record(key, value)
+                except ValueError:
+                    continue
+                if isinstance(entry, OffsetCommitEntry) and entry.group == group_id:
+                    pending.add((entry.topic, entry.partition))
+        return pending
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
         owner = self._owner(group_id)

@@ -83,7 +83,9 @@ class GroupApis(KafkaApisBase):
         return {"throttle_time_ms": 0, **await self._groups.commit_offsets(body)}
 
     async def _offset_fetch(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
-        error, topics = self._groups.fetch_offsets(body["group_id"], body.get("topics"))
+        error, topics = self._groups.fetch_offsets(
+            body["group_id"], body.get("topics"), require_stable=bool(body.get("require_stable"))
+        )
         if error != ErrorCode.NONE and header.api_version < 2:
             # v0-1 have no top-level error: report it on every partition asked for.
             topics = [

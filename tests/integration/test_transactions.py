@@ -245,3 +245,59 @@ def test_admin_reads_describe_list_and_producers(cluster_factory) -> None:
     assert describe()["transaction_state"] == "CompleteCommit"
     assert listed(state_filters=["CompleteCommit"]) == [("admin-app", "CompleteCommit")]
     assert producers()[0]["current_txn_start_offset"] == -1
+
+
+def test_offsets_of_an_open_transaction_are_unstable_and_generations_are_checked(
+    cluster_factory,
+) -> None:
+    """OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for a partition whose
+    offsets wait in an open transaction (KIP-447), and TxnOffsetCommit v3 checks the member's
+    generation like OffsetCommit."""
+    from confluent_kafka import Consumer, TopicPartition
+    from flux.protocol.api import ApiKey
+    from flux.protocol.errors import ErrorCode
+    from flux.sdk.wire import KafkaConnection
+
+    nodes = cluster_factory(3)
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    create_topic(nodes[0], "tx-in", 1, 3)
+    group = Consumer({"bootstrap.servers": bootstrap, "group.id": "tx-group"})
+    producer = _producer(bootstrap, "offsets-app")
+    producer.begin_transaction()
+    producer.produce("tx-in", value=b"x")
+    producer.send_offsets_to_transaction(
+        [TopicPartition("tx-in", 0, 7)], group.consumer_group_metadata(), 30
+    )
+
+    def coordinator_request(api: int, version: int, body: dict) -> dict:
+        with KafkaConnection.from_bootstrap(nodes[0].bootstrap_servers, timeout_s=10) as conn:
+            found = conn.request(ApiKey.FIND_COORDINATOR, 1, {"key": "tx-group", "key_type": 0})
+        node = next(n for n in nodes if n.node_id == found["node_id"])
+        with KafkaConnection.from_bootstrap(node.bootstrap_servers, timeout_s=10) as conn:
+            return conn.request(api, version, body)
+
+    def fetched(require_stable: bool) -> tuple[int, int]:
+        answer = coordinator_request(
+            ApiKey.OFFSET_FETCH, 7,
+            {"group_id": "tx-group", "topics": [{"name": "tx-in", "partition_indexes": [0]}],
+             "require_stable": require_stable},
+        )  # fmt: skip
+        partition = answer["topics"][0]["partitions"][0]
+        return partition["error_code"], partition["committed_offset"]
+
+    assert fetched(True)[0] == ErrorCode.UNSTABLE_OFFSET_COMMIT
+    assert fetched(False) == (ErrorCode.NONE, -1)  # the old answer: nothing committed yet
+    producer.commit_transaction(30)
+    assert fetched(True) == (ErrorCode.NONE, 7)
+    stale = coordinator_request(
+        ApiKey.TXN_OFFSET_COMMIT, 3,
+        {"transactional_id": "offsets-app", "group_id": "tx-group", "producer_id": 1,
+         "producer_epoch": 0, "generation_id": 6, "member_id": "bogus-member",
+         "group_instance_id": None,
+         "topics": [{"name": "tx-in", "partitions": [
+             {"partition_index": 0, "committed_offset": 99, "committed_leader_epoch": -1,
+              "committed_metadata": None}]}]},
+    )  # fmt: skip
+    assert stale["topics"][0]["partitions"][0]["error_code"] == ErrorCode.ILLEGAL_GENERATION
+    assert fetched(True) == (ErrorCode.NONE, 7)
+    group.close()

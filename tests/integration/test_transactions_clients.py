@@ -261,7 +261,7 @@ async def _aiokafka_consume_transform_produce(bootstrap: str) -> None:
         isolation_level="read_committed",
         request_timeout_ms=10_000,
     )
-    # A second member of nothing: it only asks the group coordinator for committed offsets.
+    # Joins nothing: it only asks the group coordinator for the committed offsets.
     checker = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
     )
@@ -394,14 +394,18 @@ def test_kafka_python_reads_committed_records_of_every_client(cluster_factory) -
         futures = [await producer.send("mixed", value, partition=p) for p, value in batch]
         await asyncio.gather(*futures)
 
+    async def aio_producer() -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id="mixed-aiokafka", linger_ms=1
+        )
+        await producer.start()
+        return producer
+
     loop = _Loop()
     confluent = _confluent_producer(bootstrap, "mixed-confluent")
     kafka_python = _kafka_python_producer(bootstrap, "mixed-kafka-python")
-    aio = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, transactional_id="mixed-aiokafka", linger_ms=1
-    )
+    aio = loop(aio_producer())
     try:
-        loop(aio.start())
         confluent_send(confluent, values("cf", 0, b"c"))
         confluent.commit_transaction(30)
         confluent_send(confluent, values("cf", 1, b"a"))  # open until below
