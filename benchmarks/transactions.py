@@ -15,10 +15,9 @@ values, every record sent to an explicit partition, round-robin (``partition = i
   its commit, p50/p99/max. ``init_transactions_ms`` (not in the figures) includes finding the
   coordinator and creating ``__transaction_state`` on first use. One warm-up transaction of
   one record per partition is committed before the clock starts (connections, metadata, the
-  partitions' first AddPartitionsToTxn). Back-to-back transactions are paced by the client: the
-  coordinator answers EndTxn before the markers are written, so the next transaction's first
-  AddPartitionsToTxn is usually answered CONCURRENT_TRANSACTIONS and librdkafka retries it
-  about 20 ms later; that wait shows in the commit time, as the records wait for it.
+  partitions' first AddPartitionsToTxn). The coordinator answers EndTxn once the markers are
+  written, so the commit time includes one more replicated write per partition (and the next
+  transaction starts without a CONCURRENT_TRANSACTIONS retry).
 - ``idempotent``: the same number of records with a plain idempotent producer
   (``enable.idempotence=True``, ``linger.ms=5``, no transactions) on another topic, all
   produced then one ``flush()``; records/s from the first ``produce()`` to the end of the
