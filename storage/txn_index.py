@@ -18,7 +18,9 @@ Recovery: the entries come from the producer state's view of transactions (``sto
 producer_state``): the broker replays the log from its producer-state snapshot point, and
 that replay re-adds every abort from that point on (``append`` of an entry the index already
 holds is a no-op; the broker first truncates the index to the snapshot point, so a file that
-went further than the snapshot, or lost its tail, ends up exactly as the log says).
+went further than the snapshot, or lost its tail, ends up exactly as the log says). A missing
+file (``found`` False: lost, or a log written before transactions) is rebuilt from the whole
+log and then kept, even empty, so that this happens once.
 
 ``last_stable_offset`` of an entry is the partition's first unstable offset right after the
 abort: no later abort can start below it, so a lookup stops at the first entry whose
@@ -67,6 +69,9 @@ class AbortedTxnIndex:
         self._entries: list[AbortedTxn] = list(entries or [])
         self._last_offsets = [entry.last_offset for entry in self._entries]
         self._fd: int | None = None
+        #: False when ``open`` found no file: the broker then rebuilds the index from the
+        #: whole log (a lost file, or a log older than transactions) and ``persist``s it.
+        self.found = path is None
 
     @classmethod
     def open(cls, path: Path) -> AbortedTxnIndex:
@@ -76,7 +81,7 @@ class AbortedTxnIndex:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            return cls(path)
+            return cls(path)  # found stays False
         entries: list[AbortedTxn] = []
         whole = len(data) - len(data) % _ENTRY.size
         usable = whole
@@ -92,6 +97,7 @@ class AbortedTxnIndex:
         if usable == whole < len(data):
             logger.warning("%s: dropping a torn entry at the end", path)
         index = cls(path, entries)
+        index.found = True
         if usable != len(data):
             index._rewrite()
         return index
@@ -152,6 +158,11 @@ class AbortedTxnIndex:
             del self._last_offsets[:drop]
             self._rewrite()
 
+    def persist(self) -> None:
+        """Write the file now, even empty (so the next ``open`` knows nothing was lost)."""
+        self._rewrite()
+        self.found = True
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
@@ -162,12 +173,6 @@ class AbortedTxnIndex:
         if self._path is None:
             return
         self.close()
-        if not self._entries:
-            try:
-                self._path.unlink()
-            except FileNotFoundError:
-                pass
-            return
         temporary = self._path.with_name(self._path.name + ".tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

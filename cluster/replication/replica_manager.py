@@ -38,7 +38,7 @@ from flux.controller.image import (
     RoleChanges,
     TopicImage,
 )
-from flux.protocol.control import control_type
+from flux.protocol.control import ABORT, control_type
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.storage import (
     AppendResult,
@@ -426,6 +426,13 @@ class ReplicaManager:
         # every abort it meets (an index written further than the snapshot, or torn, ends up
         # as the log says).
         txn_index = partition_log.txn_index
+        rebuilt = (
+            not txn_index.found and partition_log.log_end_offset > partition_log.log_start_offset
+        )
+        if rebuilt:
+            found = _rebuild_txn_index(partition_log)
+            if found:
+                log.info("%s: %d aborted transactions indexed from the log", key, found)
         txn_index.truncate_to(producers.last_offset)
 
         def aborted(completed: CompletedTxn) -> None:
@@ -460,6 +467,8 @@ class ReplicaManager:
         )
         if replayed:
             log.info("%s: producer state rebuilt from %d batches", key, replayed)
+        if rebuilt and isinstance(partition_log, PartitionLog):
+            txn_index.persist()  # kept, even empty: the next open need not scan again
         self._saved_producer_offsets[key] = producers.last_offset
         return producers
 
@@ -824,6 +833,27 @@ def _create_replica_directories(data_dir: Path, fresh: list[tuple[str, str]]) ->
 
 def _explicit(config: TopicConfig) -> dict[str, str]:
     return {key: config.values[key] for key in config.overrides}
+
+
+def _rebuild_txn_index(partition_log: PartitionLog | MemoryLog) -> int:
+    """Index every abort of the whole log (its index file was missing); returns how many.
+    The first offset of each transaction is its producer's first transactional batch after
+    the previous marker (before the log start, if the transaction began there)."""
+    ongoing: dict[int, int] = {}
+    found = 0
+    index = partition_log.txn_index
+    for info in partition_log.batch_infos(partition_log.log_start_offset):
+        if info.producer_id < 0 or not info.is_transactional:
+            continue
+        if not info.is_control:
+            ongoing.setdefault(info.producer_id, info.base_offset)
+            continue
+        first = ongoing.pop(info.producer_id, info.base_offset)
+        if _stored_control_type(partition_log, info) == ABORT:
+            stable = min(ongoing.values(), default=info.last_offset + 1)
+            index.append(AbortedTxn(info.producer_id, first, info.last_offset, stable))
+            found += 1
+    return found
 
 
 def _stored_control_type(partition_log: PartitionLog | MemoryLog, info: BatchInfo) -> int | None:

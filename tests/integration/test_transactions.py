@@ -301,3 +301,44 @@ def test_offsets_of_an_open_transaction_are_unstable_and_generations_are_checked
     assert stale["topics"][0]["partitions"][0]["error_code"] == ErrorCode.ILLEGAL_GENERATION
     assert fetched(True) == (ErrorCode.NONE, 7)
     group.close()
+
+
+def test_aborted_transactions_stay_hidden_after_a_whole_cluster_crash(cluster_factory) -> None:
+    """Every node SIGKILLed after commits and aborts, one node's aborted-transaction index
+    files deleted: the nodes rebuild the index from the log (the producer state's replay), so
+    read_committed readers still skip every aborted record, and an open transaction still
+    holds the last stable offset back until it ends."""
+    nodes = cluster_factory(3)
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    create_topic(nodes[0], "tx-crash", 2, 3)
+    producer = _producer(bootstrap, "crash-app")
+    for round_, commit in enumerate([True, False, True, False]):
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce("tx-crash", value=b"%d-%d-%s" % (round_, i, b"c" if commit else b"a"),
+                             partition=i % 2)  # fmt: skip
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    before = sorted(_read_all(bootstrap, {"tx-crash": 2}, "read_committed"))
+    assert len(before) == 20 and all(value.endswith(b"c") for value in before)
+    for node in nodes:
+        node.kill()
+    indexes = list(nodes[0].data_dir.rglob("aborted-transactions.index"))
+    assert indexes, "the aborted transactions were indexed"
+    for index in indexes:
+        index.unlink()
+    for node in nodes:
+        node.start()
+    for node in nodes:
+        node.wait_ready(60)
+    wait_until(lambda: sorted(_read_all(bootstrap, {"tx-crash": 2}, "read_committed")) == before)
+    # Every node holds the index again, rebuilt from its log (each may lead after a failover).
+    nodes[1].kill()
+    nodes[2].kill()
+    nodes[1].start()
+    nodes[1].wait_ready(60)
+    assert list(nodes[0].data_dir.rglob("aborted-transactions.index"))
+    wait_until(lambda: sorted(_read_all(bootstrap, {"tx-crash": 2}, "read_committed")) == before)
