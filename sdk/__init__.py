@@ -4,11 +4,14 @@ shape.
 * ``AsyncProducer`` / ``Producer`` — murmur2 key partitioning, batching (``linger_ms``,
   ``batch_size``), compression, ``acks``, idempotence (on by default), bounded in-flight
   requests and buffer, delivery futures and callbacks, ``flush``, message ids, headers; the
-  runtime API ``send(topic, messages, acks=...)``.
+  runtime API ``send(topic, messages, acks=...)``; transactions (``transactional_id``,
+  ``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
+  ``commit_transaction``, ``abort_transaction``, ``transaction()``).
 * ``AsyncConsumer`` / ``Consumer`` — consumer groups with rebalance callbacks or manual
   assignment, ``seek``, ``seek_to_beginning`` / ``seek_to_end``, ``read_old``, sync / async /
   auto commits, ``poll`` / ``getmany``, iteration, and the runtime API
-  ``run(each_message=..., each_batch=..., on_assign=..., on_revoke=...)``.
+  ``run(each_message=..., each_batch=..., on_assign=..., on_revoke=...)``;
+  ``isolation_level="read_committed"`` for transactional topics.
 * ``AsyncAdmin`` / ``Admin`` — topics, partitions, configs, offsets, groups, SCRAM users
   (``alter_user_scram_credentials`` / ``describe_user_scram_credentials``), the cluster.
 * ``AsyncTableView`` / ``TableView`` — the latest value per key of a (compacted) topic, loaded
@@ -66,13 +69,24 @@ from flux.sdk.errors import (
     KafkaError,
     MessageTooLargeError,
     NotLeaderError,
+    ProducerFencedError,
     ResourceNotFoundError,
     TableViewError,
     TopicAlreadyExistsError,
+    TransactionAbortedError,
+    TransactionAbortRequiredError,
+    TransactionError,
+    TransactionStateError,
     UnknownTopicError,
 )
 from flux.sdk.groups import GroupConsumer
-from flux.sdk.messages import ConsumedRecord, Message, RecordMetadata, TopicPartition
+from flux.sdk.messages import (
+    ConsumedRecord,
+    ConsumerGroupMetadata,
+    Message,
+    RecordMetadata,
+    TopicPartition,
+)
 from flux.sdk.metadata import RetryPolicy
 from flux.sdk.producer import AsyncProducer, Producer
 from flux.sdk.security import ClientSecurity
@@ -96,6 +110,7 @@ __all__ = [
     "ConfigurationError",
     "ConsumedRecord",
     "Consumer",
+    "ConsumerGroupMetadata",
     "FluxAuthenticationError",
     "FluxConnectionError",
     "FluxError",
@@ -113,6 +128,7 @@ __all__ = [
     "NotLeaderError",
     "PartitionDescription",
     "Producer",
+    "ProducerFencedError",
     "RecordMetadata",
     "ResourceNotFoundError",
     "RetryPolicy",
@@ -127,6 +143,10 @@ __all__ = [
     "TopicAlreadyExistsError",
     "TopicDescription",
     "TopicPartition",
+    "TransactionAbortRequiredError",
+    "TransactionAbortedError",
+    "TransactionError",
+    "TransactionStateError",
     "UnknownTopicError",
     "UserScramCredentials",
     "decode_assignment",

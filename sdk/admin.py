@@ -1031,9 +1031,12 @@ def _read_group_listings(response: dict[str, Any], version: int) -> list[GroupLi
 # -- shared with the simple consumer ----------------------------------------------------------
 
 
-async def list_offsets(client: ClusterClient, topic: str, timestamp: int) -> dict[int, int]:
+async def list_offsets(
+    client: ClusterClient, topic: str, timestamp: int, *, isolation_level: int = 0
+) -> dict[int, int]:
     """ListOffsets for every partition of ``topic`` (-1 latest, -2 earliest): one request per
-    partition leader. A routing error re-groups the partitions by fresh leaders and retries."""
+    partition leader. A routing error re-groups the partitions by fresh leaders and retries.
+    ``isolation_level=1`` (read_committed): "latest" is the last stable offset."""
 
     async def attempt() -> dict[int, int]:
         by_leader: dict[int, list[int]] = {}
@@ -1041,7 +1044,7 @@ async def list_offsets(client: ClusterClient, topic: str, timestamp: int) -> dic
             by_leader.setdefault(leader, []).append(partition)
         offsets: dict[int, int] = {}
         for leader, partitions in by_leader.items():
-            body = _list_offsets_body(topic, partitions, timestamp)
+            body = _list_offsets_body(topic, partitions, timestamp, isolation_level)
             offsets.update(await client.send_once(leader, ApiKey.LIST_OFFSETS, body, _read_offsets))
         return dict(sorted(offsets.items()))
 
@@ -1050,10 +1053,12 @@ async def list_offsets(client: ClusterClient, topic: str, timestamp: int) -> dic
     )
 
 
-def _list_offsets_body(topic: str, partitions: list[int], timestamp: int) -> dict[str, Any]:
+def _list_offsets_body(
+    topic: str, partitions: list[int], timestamp: int, isolation_level: int = 0
+) -> dict[str, Any]:
     return {
         "replica_id": -1,
-        "isolation_level": 0,
+        "isolation_level": isolation_level,
         "topics": [
             {
                 "name": topic,

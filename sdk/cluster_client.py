@@ -16,8 +16,9 @@ their synchronous wrappers):
 * **Metadata** lives in a ``ClusterMetadata`` (pure): ``refresh()`` asks any reachable broker —
   open connections first, then other known brokers, then the bootstrap addresses again — so
   losing the bootstrap broker does not matter. Concurrent refreshes share one request.
-* **Group coordinators**: ``call_coordinator(group_id, ...)`` sends to the broker FindCoordinator
-  names for the group (cached per group); COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, a
+* **Coordinators**: ``call_coordinator(group_id, ...)`` sends to the broker FindCoordinator
+  names for the group (cached per group), and with ``key_type=TRANSACTION_KEY`` to a
+  transactional id's transaction coordinator; COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, a
   coordinator still loading and lost connections forget the cached coordinator and retry.
 * **Retries**: ``call_leader`` / ``call_controller`` / ``call_any`` send one request and, on a
   connection failure or a routing error (not leader, leader not available, fenced or unknown
@@ -69,7 +70,9 @@ from .security import ClientSecurity
 __all__ = [
     "CONTROLLER_RETRY_CODES",
     "COORDINATOR_RETRY_CODES",
+    "GROUP_KEY",
     "LEADER_RETRY_CODES",
+    "TRANSACTION_KEY",
     "ClusterClient",
 ]
 
@@ -98,6 +101,9 @@ COORDINATOR_RETRY_CODES = frozenset(
     }
 )
 _TRANSPORT_ERRORS = (FluxConnectionError, FluxTimeoutError, FluxProtocolError)
+#: FindCoordinator key types: a consumer group's coordinator, a transactional id's.
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
 
 
 class ClusterClient:
@@ -133,8 +139,9 @@ class ClusterClient:
         # When each broker last failed to connect or answer: brokers are tried least recently
         # failed first, so a dead broker still listed in metadata is not picked every time.
         self._failed_at: dict[int, float] = {}
-        # Group id -> the node FindCoordinator named; forgotten when it stops coordinating.
-        self._coordinators: dict[str, int] = {}
+        # (key type, group or transactional id) -> the node FindCoordinator named; forgotten
+        # when it stops coordinating.
+        self._coordinators: dict[tuple[int, str], int] = {}
         self._refreshing: asyncio.Task[MetadataSnapshot] | None = None
         self._closed = False
 
@@ -409,62 +416,68 @@ class ClusterClient:
             self._any_node, api_key, body, handle, retry_codes=retry_codes, what=_api_label(api_key)
         )
 
-    async def coordinator_for(self, group_id: str) -> int:
-        """The node id of ``group_id``'s coordinator: cached, else one FindCoordinator to any
+    async def coordinator_for(self, key: str, *, key_type: int = GROUP_KEY) -> int:
+        """The node id of the coordinator of ``key``: a group id (``key_type`` 0) or a
+        transactional id (``TRANSACTION_KEY``, 1). Cached, else one FindCoordinator to any
         broker (no retries; ``CoordinatorError`` while the coordinator is not available)."""
-        cached = self._coordinators.get(group_id)
+        cached = self._coordinators.get((key_type, key))
         if cached is not None and cached in self.metadata.snapshot.brokers:
             return cached
         node_id = await self.send_once(
             await self._any_node(),
             ApiKey.FIND_COORDINATOR,
-            lambda version: _find_coordinator_body(group_id, version),
-            lambda response, version: _read_coordinator(response, version, group_id),
+            lambda version: _find_coordinator_body(key, key_type, version),
+            lambda response, version: _read_coordinator(response, version, key, key_type),
         )
         if node_id not in self.metadata.snapshot.brokers:
             await self.refresh()
             if node_id not in self.metadata.snapshot.brokers:
                 raise CoordinatorError(
                     ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    f"the coordinator of group {group_id!r}, broker {node_id}, is not in the "
-                    "cluster metadata",
+                    f"the coordinator of {_key_label(key, key_type)}, broker {node_id}, is not "
+                    "in the cluster metadata",
                 )
-        self._coordinators[group_id] = node_id
+        self._coordinators[(key_type, key)] = node_id
         return node_id
 
-    def forget_coordinator(self, group_id: str) -> None:
-        self._coordinators.pop(group_id, None)
+    def forget_coordinator(self, key: str, *, key_type: int = GROUP_KEY) -> None:
+        self._coordinators.pop((key_type, key), None)
 
     async def call_coordinator(
         self,
-        group_id: str,
+        key: str,
         api_key: int,
         body: Body,
         handle: Handler[T],
         *,
         retry_codes: frozenset[ErrorCode] = frozenset(),
         timeout_s: float | None = None,
+        key_type: int = GROUP_KEY,
+        retry: RetryPolicy | None = None,
     ) -> T:
-        """Send to ``group_id``'s coordinator; ``handle`` raises the typed error for the
-        response's error code. Retried (with a new coordinator lookup) on connection failures
-        and ``COORDINATOR_RETRY_CODES``, and on ``retry_codes``."""
+        """Send to the coordinator of ``key`` (a group id, or with ``key_type=TRANSACTION_KEY``
+        a transactional id); ``handle`` raises the typed error for the response's error code.
+        Retried (with a new coordinator lookup) on connection failures and
+        ``COORDINATOR_RETRY_CODES``, and on ``retry_codes`` (``retry`` overrides the client's
+        policy)."""
 
         async def attempt() -> T:
-            node_id = await self.coordinator_for(group_id)
+            node_id = await self.coordinator_for(key, key_type=key_type)
             try:
                 return await self.send_once(node_id, api_key, body, handle, timeout_s=timeout_s)
             except KafkaError as error:
                 if error.code in COORDINATOR_RETRY_CODES:
-                    self.forget_coordinator(group_id)
+                    self.forget_coordinator(key, key_type=key_type)
                 raise
             except _TRANSPORT_ERRORS:
-                self.forget_coordinator(group_id)
+                self.forget_coordinator(key, key_type=key_type)
                 raise
 
         return await self.retrying(
             attempt,
             retry_codes=retry_codes | COORDINATOR_RETRY_CODES,
-            what=f"{_api_label(api_key)} to the coordinator of group {group_id!r}",
+            what=f"{_api_label(api_key)} to the coordinator of {_key_label(key, key_type)}",
+            retry=retry,
         )
 
     async def call_metadata(self, topics: Iterable[str] | None, handle: Handler[T]) -> T:
@@ -569,18 +582,23 @@ class ClusterClient:
                 pass  # the next attempt fails the same way and is counted
 
 
-def _find_coordinator_body(group_id: str, version: int) -> dict[str, Any]:
+def _find_coordinator_body(key: str, key_type: int, version: int) -> dict[str, Any]:
     if version >= 4:
-        return {"key_type": 0, "coordinator_keys": [group_id]}
-    return {"key": group_id, "key_type": 0}
+        return {"key_type": key_type, "coordinator_keys": [key]}
+    return {"key": key, "key_type": key_type}
 
 
-def _read_coordinator(response: dict[str, Any], version: int, group_id: str) -> int:
+def _key_label(key: str, key_type: int) -> str:
+    return f"transactional id {key!r}" if key_type == TRANSACTION_KEY else f"group {key!r}"
+
+
+def _read_coordinator(response: dict[str, Any], version: int, key: str, key_type: int) -> int:
     if version >= 4:
-        answers = [c for c in response["coordinators"] if c["key"] == group_id]
+        answers = [c for c in response["coordinators"] if c["key"] == key]
         if not answers:
             raise CoordinatorError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator answer for {group_id!r}"
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"no coordinator answer for {_key_label(key, key_type)}",
             )
         answer = answers[0]
     else:
@@ -589,7 +607,7 @@ def _read_coordinator(response: dict[str, Any], version: int, group_id: str) -> 
     if code is not ErrorCode.NONE:
         raise error_for(
             code,
-            f"finding the coordinator of group {group_id!r}: "
+            f"finding the coordinator of {_key_label(key, key_type)}: "
             + (answer.get("error_message") or code.message),
         )
     return int(answer["node_id"])

@@ -29,6 +29,14 @@ How it works:
 * **Fetching** keeps one long-polling Fetch in flight per partition leader for the partitions
   with nothing buffered; routing errors and lost connections refresh metadata and fetch again
   from the new leader.
+* **Transactions**: with ``isolation_level="read_committed"`` a read returns only records of
+  committed transactions (and non-transactional ones): fetches stop at the last stable offset
+  (a transaction still open holds the partition back there), the records of aborted
+  transactions are dropped using the answer's aborted-transaction list
+  (``flux.sdk.messages.committed_batches``), and "latest" positions mean the last stable
+  offset. The default, ``read_uncommitted``, returns everything written. Control batches
+  (commit and abort markers) are never returned. ``group_metadata()`` is what a
+  transactional producer's ``send_offsets_to_transaction`` takes.
 * **Security**: ``security=`` (see ``flux.sdk.security``) applies to the fetch and the
   coordination connections alike; a refused login raises ``FluxAuthenticationError`` from
   the read that needed the connection (never retried).
@@ -98,7 +106,14 @@ from .errors import (
     UnknownTopicError,
     error_for,
 )
-from .messages import ConsumedRecord, TopicPartition, decode_fetched, fetched_end
+from .messages import (
+    AbortedTransaction,
+    ConsumedRecord,
+    ConsumerGroupMetadata,
+    TopicPartition,
+    decode_fetched,
+    fetched_end,
+)
 from .metadata import RetryBudget, RetryPolicy
 from .security import ClientSecurity
 
@@ -122,6 +137,8 @@ _MEMBER_LOST_CODES = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_IN
 _PROTOCOL_TYPE = "consumer"
 _EARLIEST_TIMESTAMP = -2
 _LATEST_TIMESTAMP = -1
+#: ``isolation_level`` -> the Fetch / ListOffsets field.
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 SESSION_TIMEOUT_MS_RANGE = (1_000, 3_600_000)
 HEARTBEAT_INTERVAL_MS_DEFAULT_MAX = 3_000
 #: A fetch that failed (routing error, lost connection) waits this long before the next.
@@ -174,7 +191,13 @@ class AsyncConsumer:
         on_revoke: PartitionsCallback | None = None,
         timeout_s: float = limits.RETRY_TIMEOUT_S,
         security: ClientSecurity | Mapping[str, Any] | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ConfigurationError(
+                f"isolation_level must be one of {sorted(ISOLATION_LEVELS)}, "
+                f"got {isolation_level!r}"
+            )
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise ConfigurationError("group_id must be a non-empty string (or None)")
         if topics is not None:
@@ -202,6 +225,8 @@ class AsyncConsumer:
             raise ConfigurationError("enable_auto_commit needs a group_id")
         self.group_id = group_id
         self.read_old = read_old
+        self.isolation_level = isolation_level
+        self._isolation = ISOLATION_LEVELS[isolation_level]
         self._session_timeout_ms = session_timeout_ms
         self._rebalance_timeout_ms = rebalance_timeout_ms
         self._heartbeat_interval_s = heartbeat_interval_ms / 1000
@@ -322,6 +347,12 @@ class AsyncConsumer:
     def generation_id(self) -> int:
         return self._generation_id
 
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group, generation and member id, for a transactional producer's
+        ``send_offsets_to_transaction`` (Kafka's ``consumer.groupMetadata()``)."""
+        group_id = self._require_group("group_metadata")
+        return ConsumerGroupMetadata(group_id, self._generation_id, self._member_id)
+
     # -- positions -------------------------------------------------------------------------
 
     def seek(self, partition: tuple[str, int], offset: int) -> None:
@@ -364,8 +395,11 @@ class AsyncConsumer:
         return await list_offsets(self.client, topic, _EARLIEST_TIMESTAMP)
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
-        """Partition -> high watermark (the offset the next record gets) of ``topic``."""
-        return await list_offsets(self.client, topic, _LATEST_TIMESTAMP)
+        """Partition -> high watermark (the offset the next record gets) of ``topic``; the
+        last stable offset with ``read_committed``."""
+        return await list_offsets(
+            self.client, topic, _LATEST_TIMESTAMP, isolation_level=self._isolation
+        )
 
     def _assigned(self, partition: tuple[str, int]) -> TopicPartition:
         tp = TopicPartition(*partition)
@@ -519,7 +553,7 @@ class AsyncConsumer:
             "max_wait_ms": self._fetch_max_wait_ms,
             "min_bytes": 1,
             "max_bytes": self._fetch_max_bytes,
-            "isolation_level": 0,
+            "isolation_level": self._isolation,
             "session_id": 0,
             "session_epoch": -1,
             "topics": [{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
@@ -542,7 +576,9 @@ class AsyncConsumer:
                     continue  # moved (seek, rebalance) while the fetch was out
                 code = ErrorCode.from_code(result["error_code"])
                 if code is ErrorCode.NONE:
-                    records = decode_fetched(result["records"], tp.topic, tp.partition, position)
+                    records = decode_fetched(
+                        result["records"], tp.topic, tp.partition, position, self._aborted(result)
+                    )
                     end = fetched_end(result["records"])
                     if records:
                         self._buffers[tp] = _Buffer(records, end)
@@ -558,6 +594,15 @@ class AsyncConsumer:
                         code, f"{topic}-{tp.partition} at offset {position}: {code.message}"
                     )
         return stale
+
+    def _aborted(self, result: dict[str, Any]) -> list[AbortedTransaction] | None:
+        """read_committed: the answer's aborted transactions (None: read everything)."""
+        if not self._isolation:
+            return None
+        return [
+            AbortedTransaction(entry["producer_id"], entry["first_offset"])
+            for entry in result.get("aborted_transactions") or ()
+        ]
 
     def _drop_fetches(self) -> None:
         for task in self._fetches.values():
@@ -774,7 +819,9 @@ class AsyncConsumer:
         for tp, timestamp in self._resets.items():
             by_topic.setdefault((tp.topic, timestamp), []).append(tp)
         for (topic, timestamp), partitions in by_topic.items():
-            offsets = await list_offsets(self.client, topic, timestamp)
+            offsets = await list_offsets(
+                self.client, topic, timestamp, isolation_level=self._isolation
+            )
             for tp in partitions:
                 if self._resets.get(tp) == timestamp:
                     self._set_position(tp, offsets[tp.partition])
@@ -1098,6 +1145,13 @@ class Consumer:
     @property
     def generation_id(self) -> int:
         return self._async.generation_id
+
+    @property
+    def isolation_level(self) -> str:
+        return self._async.isolation_level
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._loop.run(_call(self._async.group_metadata))
 
     @property
     def client(self) -> Any:

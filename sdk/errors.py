@@ -13,6 +13,14 @@ Exception tree (everything the SDK raises on purpose derives from ``FluxError``)
     │                                    chained: its on_change raised, the topic was deleted, ...)
     ├── FluxAuthenticationError          a broker refused this client's credentials (SASL, or
     │                                    the TLS handshake); never retried, never shows a password
+    ├── TransactionStateError            a transactional call the producer's state does not allow
+    │                                    (produce outside begin_transaction, commit without a
+    │                                    transaction; Kafka's IllegalStateException)
+    ├── TransactionAbortRequiredError    the transaction cannot commit (a record of it failed, a
+    │                                    partition or offsets could not join it): call
+    │                                    abort_transaction; the failure is ``__cause__``
+    ├── TransactionAbortedError          a record queued in a transaction was dropped unsent
+    │                                    because the transaction was aborted
     └── KafkaError(code, message)        a broker answered with a Kafka error code
         ├── UnknownTopicError                3 UNKNOWN_TOPIC_OR_PARTITION, 100 UNKNOWN_TOPIC_ID
         ├── TopicAlreadyExistsError         36
@@ -39,7 +47,8 @@ Exception tree (everything the SDK raises on purpose derives from ``FluxError``)
         ├── KafkaStorageError               56
         ├── UnsupportedVersionError         35 (also raised by the SDK itself when a broker
         │                                    does not speak a version this client can use)
-        ├── AuthorizationError              29, 30, 31
+        ├── AuthorizationError              29, 30, 31, 53 (topic, group, cluster, transactional
+        │                                    id)
         ├── CoordinatorError                14, 15, 16 (load in progress, not available, not
         │                                    coordinator)
         ├── GroupMembershipError            22, 25, 27 (illegal generation, unknown member,
@@ -47,7 +56,14 @@ Exception tree (everything the SDK raises on purpose derives from ``FluxError``)
         ├── GroupNotEmptyError              68 NON_EMPTY_GROUP (members are active)
         ├── GroupNotFoundError              69 GROUP_ID_NOT_FOUND
         ├── ResourceNotFoundError           91 (e.g. a user without SCRAM credentials)
-        ├── ProducerStateError              45, 46, 47, 59, 90 (sequence and epoch errors)
+        ├── ProducerStateError              45, 46, 47, 59 (sequence and epoch errors)
+        │   └── ProducerFencedError         90 PRODUCER_FENCED (and 47 INVALID_PRODUCER_EPOCH
+        │                                    answered to a transactional producer): fatal, a
+        │                                    newer producer with the same transactional id exists
+        ├── TransactionError                48 INVALID_TXN_STATE, 49 INVALID_PRODUCER_ID_MAPPING,
+        │                                    50 INVALID_TRANSACTION_TIMEOUT, 51
+        │                                    CONCURRENT_TRANSACTIONS, 52, 105 (the transaction
+        │                                    coordinator refused a call)
         └── UnknownServerError              -1
         (every other code raises a plain ``KafkaError``)
 
@@ -96,12 +112,17 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PolicyViolation",
     "PolicyViolationError",
+    "ProducerFencedError",
     "ProducerStateError",
     "RequestTimedOutError",
     "ResourceNotFoundError",
     "TableViewError",
     "TopicAlreadyExistsError",
     "TopicDeletionDisabledError",
+    "TransactionAbortRequiredError",
+    "TransactionAbortedError",
+    "TransactionError",
+    "TransactionStateError",
     "UnknownLeaderEpochError",
     "UnknownServerError",
     "UnknownTopicError",
@@ -159,6 +180,23 @@ class FluxAuthenticationError(FluxError):
     def __init__(self, message: str, *, code: ErrorCode | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class TransactionStateError(FluxError):
+    """A transactional producer method was called in a state that does not allow it:
+    ``produce`` or ``send`` outside ``begin_transaction`` ... ``commit_transaction``, a second
+    ``begin_transaction``, ``commit_transaction`` without a transaction, a transactional
+    method on a producer without ``transactional_id`` (Kafka's ``IllegalStateException``)."""
+
+
+class TransactionAbortRequiredError(FluxError):
+    """The running transaction cannot commit: one of its records failed, or a partition or
+    the consumed offsets could not be added to it. Call ``abort_transaction`` and start
+    again; until then every transactional call raises this. ``__cause__`` is the failure."""
+
+
+class TransactionAbortedError(FluxError):
+    """A record queued in a transaction was dropped unsent: the transaction was aborted."""
 
 
 class KafkaError(FluxError):
@@ -311,6 +349,18 @@ class ProducerStateError(KafkaError):
     """A producer's sequence number or epoch was rejected."""
 
 
+class ProducerFencedError(ProducerStateError):
+    """A newer producer with the same ``transactional_id`` (or the coordinator, aborting a
+    transaction that ran past its timeout) bumped the producer epoch: this producer is a
+    zombie. Fatal: every later call of the producer raises it again; close the producer."""
+
+
+class TransactionError(KafkaError):
+    """The transaction coordinator refused a call: the transaction is in the wrong state, the
+    producer id does not belong to the transactional id, the timeout is out of range, or
+    another call on the same transaction is in progress (retried by the producer)."""
+
+
 class UnknownServerError(KafkaError):
     """The broker failed in an unexpected way (its log says why)."""
 
@@ -344,6 +394,7 @@ ERROR_CLASSES: dict[ErrorCode, type[KafkaError]] = {
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: AuthorizationError,
     ErrorCode.GROUP_AUTHORIZATION_FAILED: AuthorizationError,
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: AuthorizationError,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: AuthorizationError,
     ErrorCode.UNSUPPORTED_VERSION: UnsupportedVersionError,
     ErrorCode.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
     ErrorCode.INVALID_PARTITIONS: InvalidPartitionsError,
@@ -357,7 +408,13 @@ ERROR_CLASSES: dict[ErrorCode, type[KafkaError]] = {
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: ProducerStateError,
     ErrorCode.INVALID_PRODUCER_EPOCH: ProducerStateError,
     ErrorCode.UNKNOWN_PRODUCER_ID: ProducerStateError,
-    ErrorCode.PRODUCER_FENCED: ProducerStateError,
+    ErrorCode.PRODUCER_FENCED: ProducerFencedError,
+    ErrorCode.INVALID_TXN_STATE: TransactionError,
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: TransactionError,
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: TransactionError,
+    ErrorCode.CONCURRENT_TRANSACTIONS: TransactionError,
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: TransactionError,
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: TransactionError,
     ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageError,
     ErrorCode.TOPIC_DELETION_DISABLED: TopicDeletionDisabledError,
     ErrorCode.RESOURCE_NOT_FOUND: ResourceNotFoundError,

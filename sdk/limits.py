@@ -32,6 +32,8 @@ __all__ = [
     "SEND_BATCH_RECORDS_MAX",
     "TABLE_KEYS_DEFAULT",
     "TABLE_KEYS_MAX",
+    "TRANSACTION_TIMEOUT_MS_DEFAULT",
+    "TRANSACTION_TIMEOUT_MS_MAX",
     "UNKNOWN_TOPIC_RETRY_TIMEOUT_S",
 ]
 
@@ -85,6 +87,12 @@ BUFFER_BYTES_DEFAULT = 32 << 20
 BUFFER_BYTES_MAX = 1 << 30
 IN_FLIGHT_REQUESTS_DEFAULT = 64
 IN_FLIGHT_REQUESTS_MAX = 10_000
+
+#: A transactional producer's ``transaction_timeout_ms``: the coordinator aborts a transaction
+#: open longer. The bound is Kafka's ``transaction.max.timeout.ms`` default, which Flux brokers
+#: enforce too.
+TRANSACTION_TIMEOUT_MS_DEFAULT = 60_000
+TRANSACTION_TIMEOUT_MS_MAX = 900_000
 
 #: Consumer bounds: records one poll may return; attempts of a failing ``run`` handler.
 POLL_RECORDS_MAX = 100_000

@@ -1,5 +1,8 @@
 """The values ``flux.sdk`` users hand in and get back: ``Message`` to send, ``RecordMetadata``
-for a delivered record, ``ConsumedRecord`` for a read one, ``TopicPartition``.
+for a delivered record, ``ConsumedRecord`` for a read one, ``TopicPartition``,
+``ConsumerGroupMetadata`` (a consumer's group membership, for transactional offset commits);
+and the decoding of a partition's Fetch answer (``decode_fetched``), with Kafka's
+``read_committed`` filter of aborted transactions (``committed_batches``).
 
 Keys, values and header values may be given as ``bytes`` or ``str`` (encoded as UTF-8); they
 come back as ``bytes``. ``Message.id`` becomes the ``flux-msg-id`` header, by which brokers
@@ -8,24 +11,29 @@ deduplicate messages within ``dedup.window.ms``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from flux.protocol.control import ABORT, control_type
 from flux.protocol.errors import CorruptRecordError
-from flux.protocol.records import decode_record_fields, iter_batches
+from flux.protocol.records import BatchHeader, decode_record_fields, iter_batches
 
 from .errors import ConfigurationError, FluxProtocolError
 
 __all__ = [
     "MESSAGE_ID_HEADER",
+    "AbortedTransaction",
     "ConsumedRecord",
+    "ConsumerGroupMetadata",
     "HeadersInput",
     "Message",
     "MessageInput",
     "RecordMetadata",
     "TopicPartition",
     "as_message",
+    "committed_batches",
     "decode_fetched",
 ]
 
@@ -71,6 +79,18 @@ def as_message(item: MessageInput) -> Message:
     raise ConfigurationError(
         f"a message is a Message, bytes, str, None or a dict, got {type(item).__name__}"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A consumer's group membership as a transactional producer's
+    ``send_offsets_to_transaction`` takes it (``consumer.group_metadata()``): with the
+    generation and member id the group coordinator can refuse a zombie member's offsets."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,15 +170,61 @@ def fetched_end(records_data: bytes | None) -> int:
     return end
 
 
+class AbortedTransaction(NamedTuple):
+    """An entry of a read_committed Fetch answer's ``aborted_transactions``: the producer's
+    transaction that starts at ``first_offset`` was aborted (its abort marker follows)."""
+
+    producer_id: int
+    first_offset: int
+
+
+def committed_batches(
+    batches: Iterable[tuple[BatchHeader, memoryview]],
+    aborted: Iterable[AbortedTransaction],
+) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """The data batches a ``read_committed`` reader hands out, in order: control batches and
+    the batches of aborted transactions are left out (Kafka's ``CompletedFetch``).
+
+    ``aborted`` lists the aborted transactions the batches overlap (any order). A producer's
+    transaction becomes aborted where its ``first_offset`` is reached (at or before a batch's
+    last offset); from there its transactional batches are dropped until its abort marker.
+    Non-transactional batches of the same producer are kept. ``CorruptRecordError`` for a
+    control batch without a readable type."""
+    pending = [(txn.first_offset, txn.producer_id) for txn in aborted]
+    heapq.heapify(pending)
+    aborting: set[int] = set()
+    for header, batch in batches:
+        if header.producer_id >= 0:
+            while pending and pending[0][0] <= header.last_offset:
+                aborting.add(heapq.heappop(pending)[1])
+            if header.is_control:
+                if control_type(batch) == ABORT:
+                    aborting.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborting:
+                continue
+        if not header.is_control:
+            yield header, batch
+
+
 def decode_fetched(
-    records_data: bytes | None, topic: str, partition: int, offset: int
+    records_data: bytes | None,
+    topic: str,
+    partition: int,
+    offset: int,
+    aborted: Iterable[AbortedTransaction] | None = None,
 ) -> list[ConsumedRecord]:
     """The records of one partition's Fetch answer from ``offset`` on (control batches and
-    records below ``offset`` skipped). ``FluxProtocolError`` for a corrupt batch."""
+    records below ``offset`` skipped). ``aborted``: read_committed, the answer's aborted
+    transactions, whose records are dropped too (``committed_batches``).
+    ``FluxProtocolError`` for a corrupt batch."""
     records: list[ConsumedRecord] = []
     append = records.append
     try:
-        for header, batch in iter_batches(records_data or b""):
+        batches: Iterable[tuple[BatchHeader, memoryview]] = iter_batches(records_data or b"")
+        if aborted is not None:
+            batches = committed_batches(batches, aborted)
+        for header, batch in batches:
             if header.is_control or header.next_offset <= offset:
                 continue
             for record_offset, timestamp, key, value, headers in decode_record_fields(batch):

@@ -76,8 +76,14 @@ CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = MappingProxyType(
         ApiKey.LIST_GROUPS: (1, 4),
         ApiKey.DESCRIBE_GROUPS: (1, 5),
         ApiKey.DELETE_GROUPS: (0, 2),
-        # Idempotent SimpleProducer.
+        # Idempotent and transactional producers (InitProducerId v3+ names the producer id
+        # and epoch it bumps). Transactions: the client forms, v0-3 (v4+ is KIP-890's
+        # broker-to-broker batching, v4+ EndTxn bumps the epoch per transaction).
         ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+        ApiKey.END_TXN: (0, 3),
+        ApiKey.TXN_OFFSET_COMMIT: (0, 3),
         # SASL (flux.sdk.connection): SaslHandshake v1 carries the tokens in SaslAuthenticate
         # requests (v0's raw frames are not spoken); SaslAuthenticate v1+ tells the session
         # lifetime (KIP-368).

@@ -33,6 +33,17 @@ How it works:
   writing it twice, across leader failover too. Records sent with ``acks`` 0 or 1 (per call)
   go without sequence numbers. When a batch fails for good, whether it was written is unknown;
   the producer then takes a new producer id, so later batches cannot be mistaken for it.
+* **Transactions** (``transactional_id=``, which implies idempotence and ``acks="all"``):
+  ``init_transactions`` finds the transaction coordinator and takes the id's producer id and
+  epoch (fencing any older producer of the id); ``begin_transaction``, ``produce`` / ``send``,
+  ``send_offsets_to_transaction`` and ``commit_transaction`` or ``abort_transaction`` make
+  the records (and the consumed offsets) visible to ``read_committed`` readers all at once or
+  never; ``async with producer.transaction():`` commits, or aborts on an exception. Before
+  the first batch to a partition goes out, the partition is added to the transaction: one
+  AddPartitionsToTxn for every partition whose sender waits at that moment. ``commit``
+  flushes first; ``abort`` drops the records not sent yet (their futures fail with
+  ``TransactionAbortedError``) and waits for those in flight. Errors: see
+  ``flux.sdk.transactions`` (fenced: ``ProducerFencedError``, and the producer is unusable).
 * **Security**: ``security=`` (a ``ClientSecurity`` or Kafka's dotted names, see
   ``flux.sdk.security``) secures every connection; a refused login fails the records'
   futures with ``FluxAuthenticationError``, which is not retried.
@@ -51,11 +62,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from flux.protocol.api import ApiKey
 from flux.protocol.compression import Compression
@@ -65,16 +78,28 @@ from flux.protocol.records import build_batch
 
 from . import limits
 from ._sync import LoopThread, SyncProxy
-from .cluster_client import COORDINATOR_RETRY_CODES, LEADER_RETRY_CODES, ClusterClient
+from .cluster_client import (
+    COORDINATOR_RETRY_CODES,
+    LEADER_RETRY_CODES,
+    TRANSACTION_KEY,
+    ClusterClient,
+)
 from .errors import (
     ConfigurationError,
+    FluxConnectionError,
     FluxError,
+    FluxProtocolError,
     FluxTimeoutError,
+    KafkaError,
     MessageTooLargeError,
+    TransactionAbortedError,
+    TransactionAbortRequiredError,
+    TransactionStateError,
     UnknownTopicError,
     error_for,
 )
 from .messages import (
+    ConsumerGroupMetadata,
     HeadersInput,
     Message,
     MessageInput,
@@ -85,6 +110,25 @@ from .messages import (
 )
 from .metadata import RetryPolicy
 from .security import ClientSecurity
+from .transactions import (
+    RETRY_CODES as TXN_RETRY_CODES,
+)
+from .transactions import (
+    TransactionManager,
+    TxnPhase,
+    add_offsets_body,
+    add_partitions_body,
+    as_group_metadata,
+    end_txn_body,
+    init_producer_id_body,
+    is_fatal,
+    normalize_offsets,
+    read_add_partitions,
+    read_error_code,
+    read_init_producer_id,
+    read_txn_offset_commit,
+    txn_offset_commit_body,
+)
 
 __all__ = [
     "IDEMPOTENT_RETRY_CODES",
@@ -93,6 +137,8 @@ __all__ = [
     "Producer",
     "parse_acks",
 ]
+
+log = logging.getLogger("flux.sdk.producer")
 
 DeliveryCallback = Callable[[Exception | None, RecordMetadata | None], None]
 
@@ -113,6 +159,8 @@ _SEQUENCE_MODULUS = 1 << 31
 #: a record that passes the size check also fits the request.
 _RECORD_OVERHEAD_BYTES = 32
 _REQUEST_OVERHEAD_BYTES = 61 + 128
+#: Transport failures after which a transaction request's outcome is unknown.
+_UNKNOWN_OUTCOME_ERRORS = (FluxConnectionError, FluxTimeoutError, FluxProtocolError)
 
 
 def parse_acks(acks: int | str) -> int:
@@ -186,8 +234,23 @@ class AsyncProducer:
         request_timeout_ms: float = limits.REQUEST_TIMEOUT_S * 1000,
         allow_auto_topic_creation: bool = True,
         security: ClientSecurity | Mapping[str, Any] | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = limits.TRANSACTION_TIMEOUT_MS_DEFAULT,
     ) -> None:
         self.acks = parse_acks(acks)
+        if transactional_id is not None:
+            if not isinstance(transactional_id, str) or not transactional_id:
+                raise ConfigurationError(
+                    f"transactional_id must be a non-empty string, got {transactional_id!r}"
+                )
+            if idempotent is False:
+                raise ConfigurationError("transactional_id needs idempotent=True (the default)")
+            if self.acks != -1:
+                raise ConfigurationError(f"transactional_id needs acks='all', got acks={acks!r}")
+            idempotent = True
+        _check_range(
+            "transaction_timeout_ms", transaction_timeout_ms, 1, limits.TRANSACTION_TIMEOUT_MS_MAX
+        )
         if idempotent is None:
             idempotent = self.acks == -1
         if idempotent and self.acks != -1:
@@ -237,6 +300,19 @@ class AsyncProducer:
         self._producer_id_lock = asyncio.Lock()
         self._sequences: dict[tuple[str, int], int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Transactions: the state machine, the partitions senders wait to see added to the
+        # transaction (one future each) and the task adding them.
+        self._transaction = (
+            TransactionManager(transactional_id, int(transaction_timeout_ms))
+            if transactional_id is not None
+            else None
+        )
+        # The transactional methods run one at a time (a second commit waits for the first,
+        # then finds no transaction), so the state machine sees one call's steps in order.
+        self._transaction_lock = asyncio.Lock()
+        self._registrations: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self._unregistered: list[tuple[str, int]] = []
+        self._registrar: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -268,10 +344,13 @@ class AsyncProducer:
         acks: int | str | None = None,
         on_delivery: DeliveryCallback | None = None,
     ) -> asyncio.Future[RecordMetadata]:
-        """Queue one record; the future resolves when it is acknowledged (per ``acks``)."""
+        """Queue one record; the future resolves when it is acknowledged (per ``acks``).
+        A transactional producer queues records only inside a transaction."""
         if self._closed:
             raise ConfigurationError("the producer is closed")
         acks_number = self.acks if acks is None else parse_acks(acks)
+        if self._transaction is not None:
+            self._check_transactional_send(acks_number)
         record, size = self._encode(topic, key, value, headers, id, timestamp_ms)
         metadata = self.client.metadata
         cached = metadata.snapshot.topics.get(topic)
@@ -288,6 +367,9 @@ class AsyncProducer:
             self._buffered_bytes += size  # room, and nobody waits before us: no lock round trip
         else:
             await self._reserve(size)
+        if self._transaction is not None and self._transaction.phase is not TxnPhase.IN_TRANSACTION:
+            await self._release(size)  # the transaction ended while this call waited
+            self._transaction.check_send()
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         # The Future constructor itself: loop.create_future() is a Python-level hop.
@@ -338,6 +420,8 @@ class AsyncProducer:
             raise ConfigurationError("the producer is closed")
         single = not isinstance(messages, (list, tuple)) and not _is_iterable_of_messages(messages)
         acks_number = self.acks if acks is None else parse_acks(acks)
+        if self._transaction is not None:
+            self._check_transactional_send(acks_number)
         # Every message is checked (size, partition) before any is queued.
         records, sizes, partitions, count = await self._prepare(
             topic,
@@ -373,6 +457,13 @@ class AsyncProducer:
                         fitted_bytes = sum(sizes[start : start + fitted])
                         await self._release(run_bytes - fitted_bytes)
                         taken, run_bytes = fitted, fitted_bytes
+                txn = self._transaction
+                if txn is not None and txn.phase is not TxnPhase.IN_TRANSACTION:
+                    # The transaction ended while this call waited: what was queued has its
+                    # outcome (committed or dropped), the rest is refused.
+                    await self._release(run_bytes)
+                    await asyncio.gather(*shared.values(), return_exceptions=True)
+                    txn.check_send()
                 self._note_queued(taken)
                 batch, first_index, ready = self._add_run(
                     topic, partition, acks_number, records[start : start + taken], run_bytes
@@ -423,17 +514,23 @@ class AsyncProducer:
             self._flushing -= 1
 
     async def close(self, timeout_s: float | None = None) -> None:
-        """Flush (within ``timeout_s``, default the delivery timeout), then stop."""
+        """Flush (within ``timeout_s``, default the delivery timeout), then stop. A
+        transaction still running is aborted first (as Kafka's producers do)."""
         if self._closed:
             return
+        timeout_s = self.delivery_timeout_s if timeout_s is None else timeout_s
         try:
-            await self.flush(self.delivery_timeout_s if timeout_s is None else timeout_s)
+            await self._abort_on_close(timeout_s)
+            await self.flush(timeout_s)
         finally:
             self._closed = True
             for queue in self._queues.values():
                 if queue.sender is not None:
                     queue.sender.cancel()
             senders = [q.sender for q in self._queues.values() if q.sender is not None]
+            if self._registrar is not None:
+                self._registrar.cancel()
+                senders.append(self._registrar)
             await asyncio.gather(*senders, return_exceptions=True)
             for queue in self._queues.values():
                 for batch in queue.batches:
@@ -443,6 +540,413 @@ class AsyncProducer:
                                 FluxError("the producer was closed before delivery")
                             )
             await self.client.close()
+
+    # -- transactions ----------------------------------------------------------------------
+
+    @property
+    def transactional_id(self) -> str | None:
+        return None if self._transaction is None else self._transaction.transactional_id
+
+    async def init_transactions(self, timeout_s: float | None = None) -> None:
+        """Find the transaction coordinator of ``transactional_id`` and take the id's producer
+        id and epoch. A transaction an older producer of the id left open is aborted by the
+        coordinator first (that producer is fenced). Retried on CONCURRENT_TRANSACTIONS and
+        coordinator moves for up to ``timeout_s`` (default: the delivery timeout)."""
+        txn = self._require_transaction("init_transactions")
+        async with self._transaction_lock:
+            txn.check_init()
+            body = init_producer_id_body(txn.transactional_id, txn.timeout_ms)
+            try:
+                producer_id, epoch = await self._call_transaction_coordinator(
+                    ApiKey.INIT_PRODUCER_ID, body, read_init_producer_id, timeout_s
+                )
+            except KafkaError as error:
+                if is_fatal(error):
+                    _raise(txn.fail(error))
+                raise
+            txn.initialized(producer_id, epoch)
+            self._sequences.clear()
+
+    async def begin_transaction(self) -> None:
+        """Start a transaction: ``produce``, ``send`` and ``send_offsets_to_transaction`` join
+        it until ``commit_transaction`` or ``abort_transaction`` (no request is sent yet)."""
+        txn = self._require_transaction("begin_transaction")
+        async with self._transaction_lock:
+            txn.begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Any,
+        group: str | ConsumerGroupMetadata,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Commit consumed offsets as part of the transaction: they become the group's
+        committed offsets if and only if the transaction commits.
+
+        ``offsets``: ``{(topic, partition): offset of the next record to consume}`` or a list
+        of ``TopicPartition``-like objects with an ``offset`` (or ``(topic, partition,
+        offset)`` tuples). ``group``: the group id, or the consumer's ``group_metadata()`` (its
+        generation and member id go along). Sends AddOffsetsToTxn to the transaction
+        coordinator, then TxnOffsetCommit to the group's coordinator."""
+        txn = self._require_transaction("send_offsets_to_transaction")
+        normalized = normalize_offsets(offsets)
+        membership = as_group_metadata(group)
+        async with self._transaction_lock:
+            txn.check_offsets()
+            if normalized:
+                await self._send_offsets(txn, normalized, membership, timeout_s)
+
+    async def _send_offsets(
+        self,
+        txn: TransactionManager,
+        offsets: dict[tuple[str, int], int],
+        membership: ConsumerGroupMetadata,
+        timeout_s: float | None,
+    ) -> None:
+        try:
+            await self._call_transaction_coordinator(
+                ApiKey.ADD_OFFSETS_TO_TXN,
+                add_offsets_body(
+                    txn.transactional_id, txn.producer_id, txn.producer_epoch, membership.group_id
+                ),
+                lambda response, version: read_error_code(
+                    response, version, what="AddOffsetsToTxn"
+                ),
+                timeout_s,
+            )
+            txn.offsets_added()
+            await self.client.call_coordinator(
+                membership.group_id,
+                ApiKey.TXN_OFFSET_COMMIT,
+                txn_offset_commit_body(
+                    txn.transactional_id,
+                    membership,
+                    txn.producer_id,
+                    txn.producer_epoch,
+                    offsets,
+                ),
+                read_txn_offset_commit,
+                retry_codes=TXN_RETRY_CODES | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
+                retry=self._transaction_retry(timeout_s),
+            )
+        except FluxError as error:
+            _raise(
+                self._transaction_failed(
+                    error, "send_offsets_to_transaction", unknown_outcome=_outcome_unknown(error)
+                )
+            )
+
+    async def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Flush every record of the transaction, then commit it (EndTxn): its records and
+        offsets become visible to read_committed readers at once.
+
+        If a record failed, raises ``TransactionAbortRequiredError`` (its cause chained):
+        call ``abort_transaction``. If the outcome is unknown (``FluxTimeoutError``, the
+        coordinator unreachable), call ``commit_transaction`` again."""
+        txn = self._require_transaction("commit_transaction")
+        timeout_s = self.delivery_timeout_s if timeout_s is None else timeout_s
+        async with self._transaction_lock:
+            txn.begin_commit()
+            await self.flush(timeout_s)
+            await self._wait_registrar()
+            if txn.phase is not TxnPhase.COMMITTING:  # a record or a partition failed meanwhile
+                txn.begin_commit()  # raises the abortable or fatal error
+            if txn.started:
+                await self._end_transaction(txn, committed=True, timeout_s=timeout_s)
+            txn.completed()
+
+    async def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Abort the transaction: records not sent yet are dropped (their futures fail with
+        ``TransactionAbortedError``), records in flight are waited for, then EndTxn aborts
+        everything the transaction wrote: read_committed readers never see it."""
+        txn = self._require_transaction("abort_transaction")
+        timeout_s = self.delivery_timeout_s if timeout_s is None else timeout_s
+        async with self._transaction_lock:
+            txn.begin_abort()
+            await self._drop_queued()
+            await self.flush(timeout_s)  # what remains is in flight
+            await self._wait_registrar()
+            if txn.fatal_error is not None:
+                txn.begin_abort()  # raises it
+            if txn.started:
+                await self._end_transaction(txn, committed=False, timeout_s=timeout_s)
+            if txn.epoch_bump_needed:
+                await self._bump_epoch(txn, timeout_s)
+            txn.completed()
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[AsyncProducer]:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends, and aborts it when the block (or the commit) raises; the error is then
+        raised. A fenced producer is not aborted: the error is raised as it is."""
+        return self._transaction_scope()
+
+    @contextlib.asynccontextmanager
+    async def _transaction_scope(self) -> AsyncIterator[AsyncProducer]:
+        await self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            await self._abort_after_error()
+            raise
+        try:
+            await self.commit_transaction()
+        except BaseException:
+            await self._abort_after_error()
+            raise
+
+    async def _abort_after_error(self) -> None:
+        """Abort after the transaction's block or commit raised (not if the producer cannot
+        abort: fenced, or a commit whose outcome is unknown, which must be retried)."""
+        txn = self._transaction
+        assert txn is not None
+        if txn.phase in (TxnPhase.IN_TRANSACTION, TxnPhase.ABORTABLE_ERROR, TxnPhase.ABORTING):
+            await self.abort_transaction()
+
+    async def _abort_on_close(self, timeout_s: float) -> None:
+        txn = self._transaction
+        if txn is None or txn.phase not in (
+            TxnPhase.IN_TRANSACTION,
+            TxnPhase.ABORTABLE_ERROR,
+            TxnPhase.ABORTING,
+        ):
+            return
+        log.info("closing producer %r: aborting its running transaction", txn.transactional_id)
+        try:
+            await self.abort_transaction(timeout_s)
+        except FluxError as error:
+            log.warning("aborting transaction %r on close failed: %s", txn.transactional_id, error)
+
+    def _require_transaction(self, what: str) -> TransactionManager:
+        if self._closed:
+            raise ConfigurationError("the producer is closed")
+        if self._transaction is None:
+            raise TransactionStateError(f"{what} needs a producer with a transactional_id")
+        return self._transaction
+
+    def _check_transactional_send(self, acks: int) -> None:
+        assert self._transaction is not None
+        if acks != -1:
+            raise ConfigurationError(f"a transactional producer sends with acks='all', not {acks}")
+        self._transaction.check_send()
+
+    def _transaction_retry(self, timeout_s: float | None) -> RetryPolicy:
+        return RetryPolicy(
+            max_attempts=limits.RETRY_ATTEMPTS_MAX,
+            timeout_s=self.delivery_timeout_s if timeout_s is None else timeout_s,
+        )
+
+    async def _call_transaction_coordinator(
+        self,
+        api_key: int,
+        body: dict[str, Any],
+        handle: Callable[[dict[str, Any], int], Any],
+        timeout_s: float | None,
+        *,
+        retry_codes: frozenset[ErrorCode] = TXN_RETRY_CODES,
+    ) -> Any:
+        txn = self._transaction
+        assert txn is not None
+        return await self.client.call_coordinator(
+            txn.transactional_id,
+            api_key,
+            body,
+            handle,
+            key_type=TRANSACTION_KEY,
+            retry_codes=retry_codes,
+            retry=self._transaction_retry(timeout_s),
+        )
+
+    def _transaction_failed(
+        self, error: BaseException, what: str, *, unknown_outcome: bool
+    ) -> BaseException:
+        """The error a failed transaction request raises: fatal ones as they are (the producer
+        is done), others as ``TransactionAbortRequiredError`` (the transaction is)."""
+        txn = self._transaction
+        assert txn is not None
+        failure = txn.fail(error, unknown_outcome=unknown_outcome)
+        if txn.phase is TxnPhase.FATAL_ERROR:
+            return failure
+        return txn.abort_required(what)
+
+    async def _end_transaction(
+        self, txn: TransactionManager, *, committed: bool, timeout_s: float
+    ) -> None:
+        """EndTxn, retried. Fatal errors end the producer; an unknown outcome leaves the phase
+        as it is (the same call may be made again); other errors make the transaction
+        abortable (a commit) or are raised (an abort, which may be tried again)."""
+        body = end_txn_body(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, committed=committed
+        )
+        what = "commit_transaction" if committed else "abort_transaction"
+        try:
+            await self._call_transaction_coordinator(
+                ApiKey.END_TXN,
+                body,
+                lambda response, version: read_error_code(response, version, what="EndTxn"),
+                timeout_s,
+            )
+        except FluxError as error:
+            if is_fatal(error):
+                _raise(txn.fail(error))
+            if isinstance(error, _UNKNOWN_OUTCOME_ERRORS) or (
+                isinstance(error, KafkaError) and error.code in TXN_RETRY_CODES
+            ):
+                raise
+            if not committed:
+                raise
+            _raise(self._transaction_failed(error, what, unknown_outcome=False))
+
+    async def _bump_epoch(self, txn: TransactionManager, timeout_s: float) -> None:
+        """After an abort with records of unknown outcome: a new epoch restarts the sequence
+        numbers (KIP-360), so the next transaction's records cannot clash with them."""
+        body = init_producer_id_body(
+            txn.transactional_id,
+            txn.timeout_ms,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+        )
+        try:
+            producer_id, epoch = await self._call_transaction_coordinator(
+                ApiKey.INIT_PRODUCER_ID, body, read_init_producer_id, timeout_s
+            )
+        except KafkaError as error:
+            if is_fatal(error):
+                _raise(txn.fail(error))
+            raise
+        txn.bumped(producer_id, epoch)
+        self._sequences.clear()
+
+    async def _drop_queued(self) -> None:
+        """Fail every record not sent yet (the transaction is being aborted)."""
+        for queue in list(self._queues.values()):
+            dropped = list(queue.batches)
+            queue.batches.clear()
+            queue.wakeup.set()  # its sender finds nothing and exits
+            for batch in dropped:
+                self._fail_futures(
+                    batch, TransactionAbortedError("the transaction was aborted before delivery")
+                )
+                self._unfinished -= len(batch.records)
+                assert self._unfinished >= 0
+                await self._release(batch.size_bytes)
+        if self._unfinished == 0:
+            self._all_delivered.set()
+
+    async def _wait_registrar(self) -> None:
+        if self._registrar is not None:
+            await asyncio.gather(self._registrar, return_exceptions=True)
+
+    async def _wait_registered(self, key: tuple[str, int]) -> None:
+        """Wait until ``key`` is in the transaction; the partitions senders wait for at the
+        same time are added by one AddPartitionsToTxn."""
+        future = self._registrations.get(key)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._registrations[key] = future
+            self._unregistered.append(key)
+            if self._registrar is None or self._registrar.done():
+                self._registrar = asyncio.ensure_future(self._register_partitions())
+        await asyncio.shield(future)
+
+    async def _register_partitions(self) -> None:
+        """Add the partitions senders wait for, all of those waiting at once in one request,
+        until none waits. Every waiting sender gets the outcome, whatever happens."""
+        await asyncio.sleep(0)  # the other senders of this round ask too
+        while self._unregistered:
+            keys = sorted(set(self._unregistered))
+            self._unregistered.clear()
+            outcome = await self._add_partitions(keys)
+            for key in keys:
+                future = self._registrations.pop(key)
+                if future.done():
+                    continue
+                if outcome is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(outcome)
+
+    async def _add_partitions(self, keys: list[tuple[str, int]]) -> BaseException | None:
+        """One AddPartitionsToTxn (retried) for ``keys``; the error the waiting senders get,
+        or None when the partitions are in the transaction."""
+        txn = self._transaction
+        assert txn is not None
+        try:
+            if not txn.may_send_batch():
+                txn.raise_for_batch()  # aborting, or failed: nothing more joins
+            await self._call_transaction_coordinator(
+                ApiKey.ADD_PARTITIONS_TO_TXN,
+                add_partitions_body(
+                    txn.transactional_id, txn.producer_id, txn.producer_epoch, keys
+                ),
+                read_add_partitions,
+                None,
+                retry_codes=TXN_RETRY_CODES | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
+            )
+        except (
+            TransactionAbortedError,
+            TransactionStateError,
+            TransactionAbortRequiredError,
+        ) as refused:
+            return refused
+        except Exception as error:
+            return self._transaction_failed(
+                error,
+                "adding partitions to the transaction",
+                unknown_outcome=_outcome_unknown(error),
+            )
+        if txn.fatal_error is not None:  # fenced meanwhile (by a batch of another partition)
+            try:
+                txn.raise_for_batch()
+            except FluxError as fatal:
+                return fatal
+        txn.added(keys)  # also while aborting: the abort must then end the transaction
+        return None
+
+    async def _send_transactional(self, batch: _Batch) -> int:
+        """Send a batch of the running transaction, its partition added to it first."""
+        txn = self._transaction
+        assert txn is not None and batch.acks == -1
+        key = (batch.topic, batch.partition)
+        if not txn.may_send_batch():
+            txn.raise_for_batch()
+        if key not in txn.partitions:
+            await self._wait_registered(key)
+            if not txn.may_send_batch():
+                txn.raise_for_batch()
+        sequence = self._sequences.get(key, 0)
+        data = build_batch(
+            batch.records,
+            compression=self.compression,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            base_sequence=sequence,
+            is_transactional=True,
+        )
+        self._sequences[key] = (sequence + len(batch.records)) % _SEQUENCE_MODULUS
+        body = {
+            "transactional_id": txn.transactional_id,
+            "acks": -1,
+            "timeout_ms": int(self.delivery_timeout_s * 1000),
+            "topic_data": [
+                {
+                    "name": batch.topic,
+                    "partition_data": [{"index": batch.partition, "records": data}],
+                }
+            ],
+        }
+        try:
+            return await self.client.call_leader(
+                batch.topic,
+                batch.partition,
+                ApiKey.PRODUCE,
+                body,
+                lambda response, _: _base_offset(response, duplicate_ok=True),
+                retry_codes=IDEMPOTENT_RETRY_CODES,
+            )
+        except FluxError as error:
+            # Written or not, nobody knows: the transaction must abort, and the epoch be
+            # bumped after it so the sequence numbers start over.
+            _raise(txn.fail(error, unknown_outcome=True))
 
     # -- queueing --------------------------------------------------------------------------
 
@@ -718,16 +1222,23 @@ class AsyncProducer:
             async with self._in_flight:
                 await self._deliver(head)
 
+    @staticmethod
+    def _fail_futures(batch: _Batch, error: BaseException) -> None:
+        for future in batch.futures:
+            if future is not None and not future.done():
+                future.set_exception(error)
+        for shared in batch.shared:
+            if not shared.done():
+                shared.set_exception(error)
+
     async def _deliver(self, batch: _Batch) -> None:
         try:
-            base_offset = await self._send_batch(batch)
+            if self._transaction is not None:
+                base_offset = await self._send_transactional(batch)
+            else:
+                base_offset = await self._send_batch(batch)
         except Exception as error:  # every outcome goes to the futures, none is lost
-            for future in batch.futures:
-                if future is not None and not future.done():
-                    future.set_exception(error)
-            for shared in batch.shared:
-                if not shared.done():
-                    shared.set_exception(error)
+            self._fail_futures(batch, error)
         else:
             topic, partition = batch.topic, batch.partition
             offset = base_offset
@@ -817,6 +1328,21 @@ class AsyncProducer:
                 retry_codes=COORDINATOR_RETRY_CODES,
             )
             self._sequences.clear()
+
+
+def _outcome_unknown(error: BaseException) -> bool:
+    """Whether a failed transaction request may have been applied by the coordinator (it
+    timed out, or retriable errors ran out): the producer then bumps its epoch after the
+    abort, which ends whatever the coordinator holds."""
+    if isinstance(error, _UNKNOWN_OUTCOME_ERRORS):
+        return True
+    return isinstance(error, KafkaError) and error.retriable
+
+
+def _raise(failure: BaseException) -> NoReturn:
+    """Raise a transaction failure with the cause it carries (the error it stands for), not
+    the exception being handled where it is raised."""
+    raise failure from failure.__cause__
 
 
 def _is_iterable_of_messages(messages: object) -> bool:
@@ -925,6 +1451,47 @@ class Producer:
 
     def flush(self, timeout_s: float | None = None) -> None:
         self._loop.run(self._async.flush(timeout_s))
+
+    @property
+    def transactional_id(self) -> str | None:
+        return self._async.transactional_id
+
+    def init_transactions(self, timeout_s: float | None = None) -> None:
+        """``AsyncProducer.init_transactions``, blocking."""
+        self._loop.run(self._async.init_transactions(timeout_s))
+
+    def begin_transaction(self) -> None:
+        self._loop.run(self._async.begin_transaction())
+
+    def send_offsets_to_transaction(
+        self, offsets: Any, group: str | ConsumerGroupMetadata, timeout_s: float | None = None
+    ) -> None:
+        """``AsyncProducer.send_offsets_to_transaction``, blocking."""
+        self._loop.run(self._async.send_offsets_to_transaction(offsets, group, timeout_s))
+
+    def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """``AsyncProducer.commit_transaction``, blocking."""
+        self._loop.run(self._async.commit_transaction(timeout_s))
+
+    def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """``AsyncProducer.abort_transaction``, blocking."""
+        self._loop.run(self._async.abort_transaction(timeout_s))
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Producer]:
+        """``with producer.transaction():`` begins, commits at the end of the block, aborts
+        when the block or the commit raises (``AsyncProducer.transaction``)."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            self._loop.run(self._async._abort_after_error())
+            raise
+        try:
+            self.commit_transaction()
+        except BaseException:
+            self._loop.run(self._async._abort_after_error())
+            raise
 
     def close(self, timeout_s: float | None = None) -> None:
         try:

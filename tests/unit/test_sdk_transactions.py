@@ -479,6 +479,8 @@ class FakeCluster:
         self.epoch = 0
         self.lock = threading.Lock()
         self.next_offset = {0: 0, 1: 0}
+        #: When set, Produce answers wait until it is released (a batch held in flight).
+        self.produce_gate: threading.Event | None = None
         handlers = {
             ApiKey.METADATA: self._metadata,
             ApiKey.FIND_COORDINATOR: self._find_coordinator,
@@ -580,6 +582,8 @@ class FakeCluster:
         }
 
     def _produce(self, body: dict[str, Any], code: ErrorCode) -> dict[str, Any]:
+        if self.produce_gate is not None:
+            assert self.produce_gate.wait(10)
         (topic,) = body["topic_data"]
         (data,) = topic["partition_data"]
         index = data["index"]
@@ -704,6 +708,53 @@ def test_abort_drops_queued_records_and_the_block_error_is_raised(fake: FakeClus
     assert len(_batches(fake)) == 1
 
 
+def test_transactional_calls_run_one_at_a_time(fake: FakeCluster) -> None:
+    async def scenario() -> list[BaseException | None]:
+        async with _producer(fake) as producer:
+            await producer.init_transactions()
+            await producer.begin_transaction()
+            await producer.produce("t", b"x", partition=0)
+            outcomes = await asyncio.gather(
+                producer.commit_transaction(),
+                producer.commit_transaction(),
+                producer.begin_transaction(),
+                return_exceptions=True,
+            )
+            await producer.abort_transaction()  # the transaction the third call began
+            return outcomes
+
+    first, second, third = asyncio.run(scenario())
+    assert first is None and third is None
+    assert isinstance(second, TransactionStateError)
+    assert [body["committed"] for body in fake.sent(ApiKey.END_TXN)] == [True]
+
+
+def test_abort_waits_for_the_batch_in_flight(fake: FakeCluster) -> None:
+    fake.produce_gate = threading.Event()
+
+    async def scenario() -> tuple[Any, Any]:
+        async with _producer(fake, linger_ms=0) as producer:
+            await producer.init_transactions()
+            await producer.begin_transaction()
+            in_flight = await producer.produce("t", b"in flight", partition=0)
+            while not fake.sent(ApiKey.PRODUCE):
+                await asyncio.sleep(0.01)
+            queued = await producer.produce("t", b"queued", partition=0)  # behind it
+            aborting = asyncio.ensure_future(producer.abort_transaction())
+            await asyncio.sleep(0.1)
+            assert not aborting.done() and queued.done()  # dropped, the other one waited for
+            assert fake.sent(ApiKey.END_TXN) == []
+            fake.produce_gate.set()  # type: ignore[union-attr]
+            await aborting
+            return in_flight.result(), queued.exception()
+
+    delivered, dropped = asyncio.run(scenario())
+    assert delivered.offset == 0
+    assert isinstance(dropped, TransactionAbortedError)
+    assert [body["committed"] for body in fake.sent(ApiKey.END_TXN)] == [False]
+    assert len(fake.sent(ApiKey.PRODUCE)) == 1
+
+
 def test_a_failed_record_requires_an_abort_then_bumps_the_epoch(fake: FakeCluster) -> None:
     fake.script[ApiKey.PRODUCE] = [ErrorCode.CORRUPT_MESSAGE]  # not retried
 
@@ -730,9 +781,39 @@ def test_a_failed_record_requires_an_abort_then_bumps_the_epoch(fake: FakeCluste
     assert (last.producer_epoch, last.base_sequence) == (1, 0)
 
 
-@pytest.mark.parametrize("api_key", [ApiKey.END_TXN, ApiKey.ADD_PARTITIONS_TO_TXN])
-def test_a_fenced_producer_is_unusable(fake: FakeCluster, api_key: int) -> None:
-    fake.script[api_key] = [ErrorCode.PRODUCER_FENCED]
+def test_offsets_refused_by_the_group_coordinator_require_an_abort(fake: FakeCluster) -> None:
+    fake.script[ApiKey.TXN_OFFSET_COMMIT] = [ErrorCode.UNKNOWN_MEMBER_ID]
+
+    async def scenario() -> None:
+        async with _producer(fake) as producer:
+            await producer.init_transactions()
+            with pytest.raises(TransactionAbortRequiredError) as caught:
+                async with producer.transaction():
+                    stale = ConsumerGroupMetadata("billing", generation_id=3, member_id="gone")
+                    await producer.send_offsets_to_transaction([("in", 0, 7)], stale)
+            cause = caught.value.__cause__
+            assert isinstance(cause, KafkaError) and cause.code is ErrorCode.UNKNOWN_MEMBER_ID
+            # The block's error aborted the transaction: the producer goes on.
+            async with producer.transaction():
+                await producer.send_offsets_to_transaction({("in", 0): 7}, "billing")
+
+    asyncio.run(scenario())
+    sent = fake.sent(ApiKey.TXN_OFFSET_COMMIT)
+    assert (sent[0]["generation_id"], sent[0]["member_id"]) == (3, "gone")
+    assert [body["committed"] for body in fake.sent(ApiKey.END_TXN)] == [False, True]
+    assert len(fake.sent(ApiKey.INIT_PRODUCER_ID)) == 1  # a refusal needs no epoch bump
+
+
+@pytest.mark.parametrize(
+    ("api_key", "code"),
+    [
+        (ApiKey.END_TXN, ErrorCode.PRODUCER_FENCED),
+        (ApiKey.ADD_PARTITIONS_TO_TXN, ErrorCode.PRODUCER_FENCED),
+        (ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH),  # a leader saw the new epoch
+    ],
+)
+def test_a_fenced_producer_is_unusable(fake: FakeCluster, api_key: int, code: ErrorCode) -> None:
+    fake.script[api_key] = [code]
 
     def scenario() -> None:
         with Producer(
@@ -742,7 +823,7 @@ def test_a_fenced_producer_is_unusable(fake: FakeCluster, api_key: int) -> None:
             with pytest.raises(ProducerFencedError):
                 with producer.transaction():
                     delivered = producer.produce("t", b"zombie", partition=0)
-            if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+            if api_key != ApiKey.END_TXN:
                 assert isinstance(delivered.exception(), ProducerFencedError)
             for call in (
                 producer.begin_transaction,
