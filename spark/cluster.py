@@ -99,13 +99,17 @@ class ClusterView:
     # -- offsets ------------------------------------------------------------------------------
 
     def offsets(self, counts: dict[str, int], which: int) -> Positions:
-        """Log start (``EARLIEST``) or high watermark (``LATEST``) of every partition."""
+        """Log start (``EARLIEST``) or end (``LATEST``) of every partition: the high
+        watermark, or with read_committed the last stable offset (a transaction still open
+        holds the range back there)."""
         assert which in (EARLIEST, LATEST)
         return self._run(self._offsets(counts.keys(), which))
 
     async def _offsets(self, topics: Iterable[str], which: int) -> Positions:
         positions: Positions = {}
+        isolation = 1 if self._options.read_committed else 0
         for topic in topics:
-            for partition, offset in (await list_offsets(self._client, topic, which)).items():
+            found = await list_offsets(self._client, topic, which, isolation_level=isolation)
+            for partition, offset in found.items():
                 positions[(topic, partition)] = offset
         return positions

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from flux.protocol.compression import Compression, decompress
 from flux.protocol.errors import CorruptRecordError
 from flux.protocol.records import BATCH_HEADER_SIZE, iter_batches, validate_batch
+from flux.sdk.messages import AbortedTransaction, committed_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,16 +57,27 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             raise CorruptRecordError("varint is longer than 10 bytes")
 
 
-def decode_into(columns: Columns, records: bytes | memoryview | None, start: int, end: int) -> int:
+def decode_into(
+    columns: Columns,
+    records: bytes | memoryview | None,
+    start: int,
+    end: int,
+    aborted: list[AbortedTransaction] | None = None,
+) -> int:
     """Append the records of a Fetch answer with offsets in ``[start, end)`` to ``columns``.
+    ``aborted`` (read_committed): the answer's aborted transactions, whose records are left
+    out (``flux.sdk.messages.committed_batches``).
 
     Returns the offset to fetch next: just past the last whole batch (a batch cut short at the
     end of the answer is left for the next fetch), or ``start`` if there was none.
     """
     next_offset = start
     want_headers = columns.headers is not None
-    for header, batch in iter_batches(records or b""):
+    batches = list(iter_batches(records or b""))
+    for header, _ in batches:
         next_offset = max(next_offset, header.next_offset)
+    kept = batches if aborted is None else committed_batches(batches, aborted)
+    for header, batch in kept:
         if header.is_control or header.next_offset <= start or header.base_offset >= end:
             continue
         validate_batch(batch)

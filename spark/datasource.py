@@ -159,6 +159,7 @@ class _Reading:
             fail_on_data_loss=options.fail_on_data_loss,
             fetch_max_bytes=options.fetch_max_bytes,
             fetch_timeout_s=options.fetch_timeout_ms / 1000,
+            read_committed=options.read_committed,
         )
         arrow_schema = to_arrow_schema(self._schema, timezone="UTC")
         yield from read_range(settings, partition.offset_range, arrow_schema)

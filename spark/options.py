@@ -22,6 +22,9 @@ option                     meaning                                              
 ``fetchMaxBytes``          bytes per Fetch and partition                             4 MiB
 ``fetchTimeoutMs``         how long a task waits for the records its range promises  120000
 ``timeoutMs``              metadata / offset look-ups and writes give up after this  30000
+``isolation.level``        ``read_committed`` (transactions' committed records only, read_committed
+                           up to the last stable offset) or ``read_uncommitted``
+                           (``kafka.isolation.level`` works too)
 ``topic`` (writer)         the topic of rows without a ``topic`` column value        none
 ``compression`` (writer)   none, gzip, snappy, lz4, zstd                             none
 =========================  ========================================================  ==========
@@ -81,6 +84,8 @@ class ReaderOptions:
     fetch_max_bytes: int
     fetch_timeout_ms: int
     timeout_s: float
+    #: ``isolation.level`` (or ``kafka.isolation.level``): read only committed transactions.
+    read_committed: bool = True
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` belongs to the subscription."""
@@ -170,7 +175,22 @@ def parse_reader_options(options: Mapping[str, str], *, streaming: bool) -> Read
             high=limits.FETCH_TIMEOUT_MS_MAX,
         ),
         timeout_s=_timeout_s(options),
+        read_committed=_isolation(options),
     )
+
+
+def _isolation(options: Mapping[str, str]) -> bool:
+    """``isolation.level`` as Spark's Kafka source spells it (``kafka.isolation.level``, or
+    plain): ``read_committed`` (the default) or ``read_uncommitted``."""
+    names = [n for n in ("isolation.level", "kafka.isolation.level") if n in options]
+    if not names:
+        return True
+    value = str(options[names[0]]).strip().lower()
+    if value not in ("read_committed", "read_uncommitted"):
+        raise FluxOptionError(
+            f"option '{names[0]}' must be read_committed or read_uncommitted, not {value!r}"
+        )
+    return value == "read_committed"
 
 
 def parse_writer_options(options: Mapping[str, str]) -> WriterOptions:

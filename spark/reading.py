@@ -38,6 +38,7 @@ from flux.protocol.records import iter_batches
 from flux.sdk import ClusterClient, FluxConnectionError, FluxTimeoutError, RetryPolicy
 from flux.sdk.admin import list_offsets
 from flux.sdk.errors import OffsetOutOfRangeError, error_for
+from flux.sdk.messages import AbortedTransaction
 
 from . import limits
 from .cluster import unreachable
@@ -69,6 +70,8 @@ class ReadSettings:
     fail_on_data_loss: bool
     fetch_max_bytes: int
     fetch_timeout_s: float
+    #: Fetch with isolation_level 1 and drop the records of aborted transactions.
+    read_committed: bool = True
 
 
 def read_range(
@@ -174,8 +177,16 @@ async def _fetch_range(
                     _fetch(client, settings, topic, partition, next_position)
                 )
             columns = Columns(headers=[] if settings.include_headers else None)
+            aborted = (
+                [
+                    AbortedTransaction(entry["producer_id"], entry["first_offset"])
+                    for entry in result.get("aborted_transactions") or ()
+                ]
+                if settings.read_committed
+                else None
+            )
             try:
-                decode_into(columns, records, position, end)
+                decode_into(columns, records, position, end, aborted)
             except CorruptRecordError as error:
                 raise FluxDataLossError(
                     f"{topic}-{partition}: corrupt record batch at offset {position}: {error}"
@@ -189,7 +200,7 @@ async def _fetch_range(
                 _data_loss(
                     settings,
                     f"{topic}-{partition}: offsets {position}..{end - 1} were planned but the "
-                    f"log ends at {result['high_watermark']} after waiting "
+                    f"log ends at {_end_of(result, settings)} after waiting "
                     f"{settings.fetch_timeout_s:g} s (option 'fetchTimeoutMs'); the records "
                     "were lost (an unclean leader election or a deleted topic)",
                 )
@@ -229,6 +240,11 @@ def _data_loss(settings: ReadSettings, message: str) -> None:
     log.warning("%s; skipped (failOnDataLoss=false)", message)
 
 
+def _end_of(result: dict[str, Any], settings: ReadSettings) -> int:
+    """Where the partition's readable log ends for this reader."""
+    return int(result["last_stable_offset" if settings.read_committed else "high_watermark"])
+
+
 def _next_fetch_offset(records: bytes | None, position: int) -> int:
     """The offset after the last whole batch of a fetch answer (``position`` if none)."""
     next_offset = position
@@ -245,7 +261,7 @@ async def _fetch(
         "max_wait_ms": limits.FETCH_WAIT_MS,
         "min_bytes": 1,
         "max_bytes": settings.fetch_max_bytes,
-        "isolation_level": 0,
+        "isolation_level": 1 if settings.read_committed else 0,
         "session_id": 0,
         "session_epoch": -1,
         "topics": [

@@ -3,32 +3,37 @@
 **Rows.** An executor task gets Arrow batches with a ``value`` column (binary or string) and
 optionally ``key`` (binary or string), ``topic`` (string), ``partition`` (int) and
 ``headers`` (array of struct<key string, value binary>); other columns are ignored. Each
-Arrow batch becomes ``Message`` lists handed to one idempotent ``AsyncProducer``
-(``acks=all``) running on a loop thread, at most ``_SENDS_IN_FLIGHT`` lists at once, so the
+Arrow batch becomes ``Message`` lists handed to one ``AsyncProducer`` (``acks=all``,
+idempotent) running on a loop thread, at most ``_SENDS_IN_FLIGHT`` lists at once, so the
 next Arrow batch is converted while the previous one is on the wire. A retried Produce (lost
 connection, leader failover) is deduplicated by the broker through the producer's sequence
 numbers, so nothing inside a task is written twice.
 
 **Exactly-once per micro-batch** (see docs/spark.md for the whole argument). Spark re-runs a
 micro-batch with the same id and the same input after a crash between the batch's write and
-its commit. Two markers, kept as consumer-group offsets on the one-partition topic
-``__flux_spark_sink`` (replicated with ``__consumer_offsets``, so they survive failover):
+its commit, and retries a failed task. Two markers, kept as consumer-group offsets on the
+one-partition topic ``__flux_spark_sink`` (replicated with ``__consumer_offsets``, so they
+survive failover):
 
 * the **task marker**: group ``flux-spark-sink.<queryId>.<task partition>``, offset = last
-  batch id + 1 whose output this task partition fully wrote (every record acknowledged by
-  all in-sync replicas) — committed by the task right after its last acknowledgement;
+  batch id + 1 whose output this task partition wrote — committed **in the same Kafka
+  transaction** as the task's rows (``task_transactional_id``: one transactional id per query
+  and task partition, so every attempt fences the previous one and aborts what it left open);
 * the **batch marker**: group ``flux-spark-sink.<queryId>``, offset = last committed batch
   id + 1 — committed by the sink's driver-side ``commit``.
 
-A task of batch ``B`` first reads both: if either says ``B`` is done it writes nothing, so a
-re-run writes again only the output of tasks that had not finished. The one gap, stated in
-docs/spark.md: a task killed *in the middle of* its writes leaves a prefix of its output that
-its re-run writes a second time (closing it needs broker-side message-id deduplication).
+A task of batch ``B`` initialises its transactional producer, then reads both markers: if
+either says ``B`` is done it writes nothing. Otherwise its rows and its marker commit
+together or not at all: a task killed in the middle of its writes leaves an open transaction
+that its next attempt aborts, so read_committed readers see each row once. (read_uncommitted
+readers also see the aborted attempt's records.) The batch writer (``df.write``) has no batch
+ids: its tasks write with an idempotent producer, at least once.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
 from collections.abc import Iterator
@@ -143,17 +148,14 @@ class CommitMarkers:
         self._batch_group = f"flux-spark-sink.{query_id}"
         self._query_id = query_id
 
-    def _task_group(self, task_partition: int) -> str:
+    def task_group(self, task_partition: int) -> str:
         return f"{self._batch_group}.{task_partition}"
 
     async def done(self, batch_id: int, task_partition: int) -> bool:
         """Whether batch ``batch_id`` was committed, or this task partition wrote all of it."""
         if await self._last(self._batch_group) >= batch_id:
             return True
-        return await self._last(self._task_group(task_partition)) >= batch_id
-
-    async def mark_task(self, batch_id: int, task_partition: int) -> None:
-        await self._mark(self._task_group(task_partition), batch_id)
+        return await self._last(self.task_group(task_partition)) >= batch_id
 
     async def mark_batch(self, batch_id: int) -> None:
         await self._mark(self._batch_group, batch_id)
@@ -291,21 +293,16 @@ def write_batches(
     )
     markers = None if query_id is None or batch_id is None else CommitMarkers(client, query_id)
     try:
-        if markers is not None and batch_id is not None:
-            if loop.run(markers.done(batch_id, task_partition)):
-                log.info(
-                    "batch %d of query %s, task partition %d: already written, skipping",
-                    batch_id,
-                    query_id,
-                    task_partition,
-                )
-                for _ in batches:  # drain the input: Spark expects it consumed
-                    pass
-                return WriteResult(rows=0, skipped=True)
-        rows = _send_all(loop, batches, options, columns)
-        if markers is not None and batch_id is not None:
-            loop.run(markers.mark_task(batch_id, task_partition))
-        return WriteResult(rows=rows, skipped=False)
+        if markers is None or batch_id is None:
+            producer = loop.run(_open_producer(options))
+            try:
+                return WriteResult(_send_all(loop, producer, batches, options, columns), False)
+            finally:
+                loop.run(producer.close())
+        assert query_id is not None
+        return _write_transaction(
+            loop, markers, batches, options, columns, query_id, batch_id, task_partition
+        )
     except (FluxConnectionError, FluxTimeoutError) as error:
         raise unreachable(options.bootstrap, options.timeout_s, error) from error
     finally:
@@ -313,6 +310,61 @@ def write_batches(
             loop.run(client.close())
         finally:
             loop.close()
+
+
+def task_transactional_id(query_id: str, task_partition: int) -> str:
+    """The transactional id of a streaming query's task partition: every attempt of the task
+    (a Spark retry, the re-run after a crash) uses it, so each one fences the one before."""
+    return f"flux-spark-sink.{query_id}.{task_partition}"
+
+
+def _write_transaction(
+    loop: LoopThread,
+    markers: CommitMarkers,
+    batches: Iterator[pa.RecordBatch],
+    options: WriterOptions,
+    columns: SinkColumns,
+    query_id: str,
+    batch_id: int,
+    task_partition: int,
+) -> WriteResult:
+    """One streaming task's rows and its task marker in one transaction. Initialising the
+    producer fences an earlier attempt of this task partition and aborts what it left open
+    (a task killed mid-write leaves nothing for read_committed readers); only then are the
+    markers read, so a transaction of an earlier attempt that committed is seen."""
+    producer = loop.run(
+        _open_producer(options, transactional_id=task_transactional_id(query_id, task_partition))
+    )
+    try:
+        loop.run(producer.init_transactions(options.timeout_s))
+        if loop.run(markers.done(batch_id, task_partition)):
+            log.info(
+                "batch %d of query %s, task partition %d: already written, skipping",
+                batch_id,
+                query_id,
+                task_partition,
+            )
+            for _ in batches:  # drain the input: Spark expects it consumed
+                pass
+            return WriteResult(rows=0, skipped=True)
+        loop.run(producer.begin_transaction())
+        try:
+            rows = _send_all(loop, producer, batches, options, columns)
+            loop.run(
+                producer.send_offsets_to_transaction(
+                    {(limits.SINK_MARKER_TOPIC, 0): batch_id + 1},
+                    markers.task_group(task_partition),
+                    options.timeout_s,
+                )
+            )
+            loop.run(producer.commit_transaction(options.timeout_s))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                loop.run(producer.abort_transaction(options.timeout_s))
+            raise
+        return WriteResult(rows=rows, skipped=False)
+    finally:
+        loop.run(producer.close())
 
 
 def commit_batch(options: WriterOptions, query_id: str, batch_id: int) -> None:
@@ -337,11 +389,11 @@ def commit_batch(options: WriterOptions, query_id: str, batch_id: int) -> None:
 
 def _send_all(
     loop: LoopThread,
+    producer: AsyncProducer,
     batches: Iterator[pa.RecordBatch],
     options: WriterOptions,
     columns: SinkColumns,
 ) -> int:
-    producer = loop.run(_open_producer(options))
     in_flight: list[concurrent.futures.Future[Any]] = []
     rows = 0
     try:
@@ -359,11 +411,12 @@ def _send_all(
     finally:
         for future in in_flight:
             future.cancel()
-        loop.run(producer.close())
     return rows
 
 
-async def _open_producer(options: WriterOptions) -> AsyncProducer:
+async def _open_producer(
+    options: WriterOptions, *, transactional_id: str | None = None
+) -> AsyncProducer:
     return AsyncProducer(
         options.bootstrap,
         client_id="flux-spark-writer",
@@ -373,6 +426,7 @@ async def _open_producer(options: WriterOptions) -> AsyncProducer:
         compression=options.compression,
         delivery_timeout_ms=options.timeout_s * 1000,
         allow_auto_topic_creation=False,
+        transactional_id=transactional_id,
     )
 
 

@@ -29,6 +29,7 @@ require_spark()
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 CRASH_DRIVER = Path(__file__).with_name("crash_driver.py")
+TASK_CRASH_DRIVER = Path(__file__).with_name("task_crash_driver.py")
 
 
 def _query(
@@ -184,6 +185,53 @@ def test_driver_killed_between_write_and_commit(
         sent = producer.stop()
     _run_once(spark, bootstrap, source, sink, checkpoint, max_offsets=5000)
     _assert_exact_output(flux_cluster, sink, sent)
+
+
+def test_task_killed_mid_write_leaves_one_copy_for_read_committed_readers(
+    flux_cluster: FluxCluster, topic_name: Any, checkpoint: str, tmp_path: Path
+) -> None:
+    """A sink task's Python worker SIGKILLed after some of its rows reached the log, before its
+    transaction committed: Spark retries the task, the retry fences the dead attempt (its
+    transaction is aborted), and a read_committed reader of the output sees every row once,
+    while a read_uncommitted one also sees the dead attempt's rows."""
+    from flux.sdk import Consumer
+
+    source, sink = topic_name("in"), topic_name("out")
+    flux_cluster.create_topic(source, partitions=3)
+    flux_cluster.create_topic(sink, partitions=3)
+    bootstrap = flux_cluster.bootstrap
+    sent = [f"v-{n}" for n in range(600)]
+    with Producer(bootstrap) as producer:
+        producer.send(source, [Message(value, key=f"k-{n % 17}") for n, value in enumerate(sent)])
+    flag = tmp_path / "killed"
+    driver = subprocess.Popen(
+        [sys.executable, str(TASK_CRASH_DRIVER), bootstrap, source, sink, checkpoint, str(flag)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "driver.log", "wb"),  # noqa: SIM115
+    )
+    try:
+        returncode = driver.wait(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    log_tail = (tmp_path / "driver.log").read_text(errors="replace")[-3000:]
+    assert returncode == 0, log_tail
+    assert flag.exists(), "no task was killed"
+
+    def read(isolation: str) -> list[str]:
+        values: list[str] = []
+        with Consumer(bootstrap, read_old=True, isolation_level=isolation) as consumer:
+            consumer.assign([(sink, p) for p in range(3)])
+            deadline = time.monotonic() + 30
+            while len(values) < len(sent) and time.monotonic() < deadline:
+                values += [r.value.decode() for r in consumer.poll(timeout_s=0.5)]
+            values += [r.value.decode() for r in consumer.poll(timeout_s=1.0)]
+        return values
+
+    committed = read("read_committed")
+    assert sorted(committed) == sorted(f"out-{value}" for value in sent)
+    assert len(read("read_uncommitted")) > len(sent)  # the dead attempt wrote some rows
 
 
 def test_source_leader_killed_mid_query(
