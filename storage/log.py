@@ -846,6 +846,10 @@ class PartitionLog(_SegmentedLog):
             segments=tuple(segments),
             active_base_offset=self._segments[-1].base_offset,
             cleaned_through=self.cleaned_through,
+            aborted_txns=tuple(
+                (txn.producer_id, txn.first_offset, txn.last_offset)
+                for txn in self.txn_index.entries
+            ),
         )
 
     def install_cleaned(
@@ -861,6 +865,9 @@ class PartitionLog(_SegmentedLog):
                 return False
             for group in result.groups:
                 self._install_group(group, work, hook)
+            if result.removed_abort_markers:
+                # Their records went before them: nothing is left for the entries to hide.
+                self.txn_index.remove_markers(set(result.removed_abort_markers))
             self._forget_tail()
             self._cleaned_through = max(result.cleaned_through, self.cleaned_through)
             _write_atomically(

@@ -163,6 +163,15 @@ class AbortedTxnIndex:
         self._rewrite()
         self.found = True
 
+    def remove_markers(self, offsets: set[int]) -> None:
+        """Forget the aborts whose markers (at ``offsets``) the log cleaner removed, with all
+        of their records."""
+        kept = [entry for entry in self._entries if entry.last_offset not in offsets]
+        if len(kept) != len(self._entries):
+            self._entries = kept
+            self._last_offsets = [entry.last_offset for entry in kept]
+            self._rewrite()
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -80,7 +80,8 @@ class LogCleanerService:
             if partition.log.closed:
                 continue
             view = partition.log.cleaner_view()
-            plan = plan_clean(view, partition.high_watermark, now_ms)
+            # Below the last stable offset only: every transaction cleaned has ended.
+            plan = plan_clean(view, partition.last_stable_offset, now_ms)
             if plan is not None:
                 found.append((partition, view, plan))
         found.sort(key=lambda item: (not item[2].forced, -item[2].dirty_ratio))

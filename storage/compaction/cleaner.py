@@ -7,6 +7,18 @@ Tombstones in a segment cleaned before (below the log's cleaner checkpoint) whos
 older than ``delete.retention.ms`` are dropped, so a reader has at least that long after the
 clean that first kept a deletion to see it. Segments cleaned before and segments cleaned for
 the first time are never merged, so a merge never makes a young tombstone look old.
+
+Transactions (Kafka's rules). The broker cleans only below the last stable offset, so every
+transactional batch cleaned belongs to a transaction that ended; ``LogView.aborted_txns``
+says which ended aborted. Batches of **aborted** transactions are removed (their records
+never count in the key map). Records of **committed** transactions are compacted like any
+other. A **marker** (control batch) stays while any record of its transaction is left in the
+log before it (a rebuild of the producer state from the log would otherwise see that
+transaction open for ever), and goes, like a tombstone, once its segment was cleaned before
+and is older than ``delete.retention.ms`` and its transaction has nothing left (an abort
+marker's records are all removed, so it goes then; the broker drops its aborted-transaction
+index entry with it: ``CleanResult.removed_abort_markers``). A producer's last batch keeps
+its header whatever happens to its records (``keep_batches_ending_at``).
 """
 
 from __future__ import annotations
@@ -15,6 +27,7 @@ import os
 import shutil
 import time
 import uuid
+from bisect import bisect_right
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +77,8 @@ class CleanResult:
     #: Where the cleaned segments wait for ``PartitionLog.install_cleaned``.
     work_directory: Path | None = None
     extra: dict[str, int] = field(default_factory=dict)
+    #: Offsets of the abort markers this clean removed (their index entries go with them).
+    removed_abort_markers: list[int] = field(default_factory=list)
 
 
 class _Throttle:
@@ -194,7 +209,9 @@ class LogCleaner:
         dedupe = DedupeMap(self.dedupe_buffer_bytes)
         result = CleanResult(view.directory, plan, [], plan.first_dirty)
         keep = set(keep_batches_ending_at)
-        mapped_end = self._map(plan, dedupe, keep, throttle, result)
+        mapped_end = self._map(
+            plan, dedupe, keep, throttle, result, _Transactions(view.aborted_txns)
+        )
         result.cleaned_through = mapped_end
         result.map_entries = len(dedupe)
         # A directory of this clean's own: a clean left running by a broker that died (its
@@ -205,6 +222,7 @@ class LogCleaner:
         work.mkdir()
         result.work_directory = work
         config = view.config
+        txns = _Transactions(view.aborted_txns)
         for sources in _groups(plan, mapped_end, view.cleaned_through, config.segment_bytes):
             previously_cleaned = sources[-1].next_offset <= view.cleaned_through
             writer = _GroupWriter(work, sources[0].base_offset, config.index_interval_bytes)
@@ -216,7 +234,9 @@ class LogCleaner:
                 for header, batch in iter_file_batches(source.log_path, source.size_bytes):
                     throttle.spend(len(batch))
                     result.bytes_read += len(batch)
-                    self._rewrite(batch, header, dedupe, drop_tombstones, keep, writer, result)
+                    self._rewrite(
+                        batch, header, dedupe, drop_tombstones, keep, writer, result, txns
+                    )
             mtime = max(s.modified_ms for s in sources) if previously_cleaned else now_ms
             writer.finish(mtime)
             throttle.spend(writer.written)
@@ -239,9 +259,11 @@ class LogCleaner:
         keep: set[int],
         throttle: _Throttle,
         result: CleanResult,
+        txns: _Transactions,
     ) -> int:
         """Record the newest offset of every key from the first dirty offset on; returns
-        where the map ends (the map fills: a segment boundary if one was reached)."""
+        where the map ends (the map fills: a segment boundary if one was reached). Markers and
+        the batches of aborted transactions are left out."""
         last_of_producer: dict[int, int] = {}
         mapped_end = plan.first_dirty
         for segment in plan.cleanable:
@@ -255,7 +277,11 @@ class LogCleaner:
                 result.bytes_read += len(batch)
                 if header.producer_id >= 0:
                     last_of_producer[header.producer_id] = last
-                if header.attributes & (CONTROL | TRANSACTIONAL) or header.records_count == 0:
+                if (
+                    header.attributes & CONTROL
+                    or header.records_count == 0
+                    or (header.attributes & TRANSACTIONAL and txns.aborted(header))
+                ):
                     mapped_end = last + 1
                     continue
                 if not dedupe.has_room(header.records_count):
@@ -279,13 +305,35 @@ class LogCleaner:
         keep: set[int],
         writer: _GroupWriter,
         result: CleanResult,
+        txns: _Transactions,
     ) -> None:
         last = header.base_offset + header.last_offset_delta
-        if header.attributes & (CONTROL | TRANSACTIONAL) or header.records_count == 0:
-            if header.records_count == 0 and header.producer_id < 0:
+        if header.attributes & CONTROL:
+            # A marker: kept while its transaction has records left (see the module docstring).
+            removable = drop_tombstones and not txns.end(header) and last not in keep
+            if removable:
+                if txns.was_aborted_marker(last):
+                    result.removed_abort_markers.append(last)
+                writer.remove(header)
+            else:
+                writer.add(batch, header)
+            return
+        if header.records_count == 0:
+            if header.producer_id < 0:
                 writer.remove(header)  # an empty span: merges with its neighbours
             else:
                 writer.add(batch, header)
+            return
+        transactional = bool(header.attributes & TRANSACTIONAL)
+        if transactional and txns.aborted(header):
+            result.records_removed += header.records_count
+            if header.producer_id >= 0 and last in keep:
+                decoded_header, data, _records = self._codec.record_keys(batch)
+                filtered = self._codec.filter_batch(batch, decoded_header, data, [])
+                writer.add(filtered, Header._make(HEADER.unpack_from(filtered, 0)))
+                txns.written(header.producer_id)
+            else:
+                writer.remove(header)
             return
         decoded_header, data, records = self._codec.record_keys(batch)
         result.records_read += len(records)
@@ -293,11 +341,49 @@ class LogCleaner:
         result.records_removed += len(records) - len(kept)
         if len(kept) == len(records):
             writer.add(batch, header)
+            if transactional:
+                txns.written(header.producer_id)
         elif kept or (header.producer_id >= 0 and last in keep):
             filtered = self._codec.filter_batch(batch, decoded_header, data, kept)
             writer.add(filtered, Header._make(HEADER.unpack_from(filtered, 0)))
+            if transactional:
+                txns.written(header.producer_id)
         else:
             writer.remove(header)
+
+
+class _Transactions:
+    """Which transactional batches belong to aborted transactions (from the log's
+    aborted-transaction index), and, in log order, whether a producer's current transaction
+    still has a batch written to the cleaned log (its marker must stay then)."""
+
+    def __init__(self, aborted: tuple[tuple[int, int, int], ...]) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for producer_id, first, last in sorted(aborted, key=lambda entry: entry[1]):
+            self._ranges.setdefault(producer_id, []).append((first, last))
+        self._firsts = {pid: [first for first, _ in ranges] for pid, ranges in self._ranges.items()}
+        self._abort_markers = {last for _pid, _first, last in aborted}
+        self._with_data: set[int] = set()
+
+    def aborted(self, header: Header) -> bool:
+        """The batch lies inside one of its producer's aborted transactions."""
+        ranges = self._ranges.get(header.producer_id)
+        if not ranges:
+            return False
+        index = bisect_right(self._firsts[header.producer_id], header.base_offset) - 1
+        return index >= 0 and header.base_offset <= ranges[index][1]
+
+    def written(self, producer_id: int) -> None:
+        self._with_data.add(producer_id)
+
+    def end(self, marker: Header) -> bool:
+        """At a producer's marker: whether its transaction kept any batch; starts the next."""
+        had = marker.producer_id in self._with_data
+        self._with_data.discard(marker.producer_id)
+        return had
+
+    def was_aborted_marker(self, offset: int) -> bool:
+        return offset in self._abort_markers
 
 
 def _groups(

@@ -71,6 +71,9 @@ class LogView:
     active_base_offset: int
     #: Offsets below this were cleaned at least once (the cleaner checkpoint).
     cleaned_through: int
+    #: ``(producer id, first offset, abort marker offset)`` of the aborted transactions the
+    #: log holds (its aborted-transaction index): their batches are removed, not compacted.
+    aborted_txns: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ class CleanPlan:
 
 def first_uncleanable_offset(view: LogView, high_watermark: int, now_ms: int) -> int:
     """Nothing at or above this is cleaned: the active segment, what is not committed (a
-    follower may still truncate it), and records younger than min.compaction.lag.ms."""
+    follower may still truncate it; the broker passes the last stable offset, so no open
+    transaction is cleaned either), and records younger than min.compaction.lag.ms."""
     limit = min(view.active_base_offset, high_watermark)
     lag = view.config.min_compaction_lag_ms
     if lag > 0:

@@ -416,3 +416,71 @@ def test_compact_and_delete_both_apply(tmp_path: Path) -> None:
     log.append(build_batch([(b"new", b"1")], base_timestamp_ms=clock.now_ms))
     assert log.enforce_retention() > 0
     assert [(k, v) for _o, k, v in read_all(log)] == [(b"new", b"1")]
+
+
+def _batches(log: PartitionLog) -> list[tuple[int, bool, int, bytes | None, bytes | None]]:
+    """(offset, is control, producer id, key, value) of every stored record."""
+    out = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        for header, batch in iter_batches(log.read(offset, 1 << 20)):
+            out.extend(
+                (r.offset, header.is_control, header.producer_id, r.key, r.value)
+                for r in decode_records(batch)
+            )
+            offset = header.next_offset
+    return out
+
+
+def test_transactions_are_compacted_by_kafkas_rules(tmp_path: Path) -> None:
+    """Aborted transactions' records go at once and never count as a key's newest value;
+    committed ones compact like any record; a marker stays while its transaction has records
+    left, and goes after delete.retention.ms once it has none (an abort marker's index entry
+    with it)."""
+    from flux.protocol.control import end_txn_marker_batch
+    from flux.storage.txn_index import AbortedTxn
+
+    clock = Clock()
+    log = PartitionLog.open(
+        tmp_path / "t-0", compact_config(delete_retention_ms=DAY_MS), clock_ms=clock
+    )
+
+    def txn(producer_id: int, records, *, commit: bool) -> int:
+        first = log.log_end_offset
+        produce(log, records, producer_id=producer_id, producer_epoch=0, base_sequence=0,
+                is_transactional=True)  # fmt: skip
+        marker = log.log_end_offset
+        log.append(end_txn_marker_batch(producer_id, 0, commit=commit, coordinator_epoch=0))
+        if not commit:
+            log.txn_index.append(AbortedTxn(producer_id, first, marker, marker + 1))
+        return marker
+
+    produce(log, [(b"a", b"old")])  # 0
+    committed_marker = txn(7, [(b"a", b"committed"), (b"b", b"1")], commit=True)  # 1-2, 3
+    abort_marker = txn(8, [(b"a", b"aborted")], commit=False)  # 4, 5
+    superseded_marker = txn(9, [(b"c", b"txn")], commit=True)  # 6, 7
+    produce(log, [(b"c", b"plain")])  # 8: supersedes the transactional c
+    log.roll()
+    result = clean(log, clock)
+    data = [(o, k, v) for o, control, _p, k, v in _batches(log) if not control]
+    markers = [o for o, control, _p, _k, _v in _batches(log) if control]
+    # The aborted a is gone and did not hide the committed one; the old a and the
+    # transactional c are superseded.
+    assert data == [(1, b"a", b"committed"), (2, b"b", b"1"), (8, b"c", b"plain")]
+    assert markers == [committed_marker, abort_marker, superseded_marker]  # young: all stay
+    assert result.removed_abort_markers == []
+    # Two days later (delete.retention.ms is one): the markers of transactions without
+    # records left go, the abort marker's index entry with it; the commit marker of the
+    # transaction whose records remain stays.
+    produce(log, [(b"d", b"1")])
+    log.roll()
+    clock.now_ms += 2 * DAY_MS
+    result = clean(log, clock)
+    markers = [o for o, control, _p, _k, _v in _batches(log) if control]
+    assert markers == [committed_marker]
+    assert result.removed_abort_markers == [abort_marker]
+    assert log.txn_index.entries == []
+    assert [(k, v) for _o, control, _p, k, v in _batches(log) if not control] == [
+        (b"a", b"committed"), (b"b", b"1"), (b"c", b"plain"), (b"d", b"1"),
+    ]  # fmt: skip
+    log.close()
