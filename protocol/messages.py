@@ -938,6 +938,43 @@ TXN_OFFSET_COMMIT_RESPONSE = Message(
     ),
 )
 
+# ---------------------------------------------------------------- DescribeLogDirs (35)
+
+# Kafka 4 dropped v0 (its JSON now says "1-5"); v1 is the same as v0 on the wire (only the
+# broker's throttling changed), so v0 is described here as older brokers speak it. A null
+# ``topics`` asks for every topic.
+DESCRIBE_LOG_DIRS_REQUEST = Message(
+    "DescribeLogDirsRequest", 35, "0-5", "2+",
+    f("Topics", "[]DescribableLogDirTopic", "0+",
+        f("Topic", "string", "0+"),
+        f("Partitions", "[]int32", "0+"),
+        nullable="0+",
+    ),
+)
+
+# v3 adds the top-level error code, v4 the volume sizes, v5 the cordoned flag.
+DESCRIBE_LOG_DIRS_RESPONSE = Message(
+    "DescribeLogDirsResponse", 35, "0-5", "2+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "3+"),
+    f("Results", "[]DescribeLogDirsResult", "0+",
+        f("ErrorCode", "int16", "0+"),
+        f("LogDir", "string", "0+"),
+        f("Topics", "[]DescribeLogDirsTopic", "0+",
+            f("Name", "string", "0+"),
+            f("Partitions", "[]DescribeLogDirsPartition", "0+",
+                f("PartitionIndex", "int32", "0+"),
+                f("PartitionSize", "int64", "0+"),
+                f("OffsetLag", "int64", "0+"),
+                f("IsFutureKey", "bool", "0+"),
+            ),
+        ),
+        f("TotalBytes", "int64", "4+", default="-1"),
+        f("UsableBytes", "int64", "4+", default="-1"),
+        f("IsCordoned", "bool", "5+", default="false"),
+    ),
+)
+
 # ---------------------------------------------------------------- CreatePartitions (37)
 
 CREATE_PARTITIONS_REQUEST = Message(
@@ -980,6 +1017,35 @@ DELETE_GROUPS_RESPONSE = Message(
     ),
 )
 
+# -------------------------------------------------------------------- ElectLeaders (43)
+
+# v1 adds the election type (KIP-460: 0 preferred, 1 unclean) and the top-level error code.
+# A null ``topic_partitions`` asks for every partition.
+ELECT_LEADERS_REQUEST = Message(
+    "ElectLeadersRequest", 43, "0-2", "2+",
+    f("ElectionType", "int8", "1+"),
+    f("TopicPartitions", "[]TopicPartitions", "0+",
+        f("Topic", "string", "0+"),
+        f("Partitions", "[]int32", "0+"),
+        nullable="0+",
+    ),
+    f("TimeoutMs", "int32", "0+", default="60000"),
+)
+
+ELECT_LEADERS_RESPONSE = Message(
+    "ElectLeadersResponse", 43, "0-2", "2+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "1+"),
+    f("ReplicaElectionResults", "[]ReplicaElectionResult", "0+",
+        f("Topic", "string", "0+"),
+        f("PartitionResult", "[]PartitionResult", "0+",
+            f("PartitionId", "int32", "0+"),
+            f("ErrorCode", "int16", "0+"),
+            f("ErrorMessage", "string", "0+", nullable="0+"),
+        ),
+    ),
+)
+
 # --------------------------------------------------------- IncrementalAlterConfigs (44)
 
 INCREMENTAL_ALTER_CONFIGS_REQUEST = Message(
@@ -1004,6 +1070,68 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE = Message(
         f("ErrorMessage", "string", "0+", nullable="0+"),
         f("ResourceType", "int8", "0+"),
         f("ResourceName", "string", "0+"),
+    ),
+)
+
+# ----------------------------------------------------- AlterPartitionReassignments (45)
+
+# Null ``replicas`` cancels the partition's pending reassignment. v1 (KIP-860) adds
+# ``allow_replication_factor_change`` to both messages.
+ALTER_PARTITION_REASSIGNMENTS_REQUEST = Message(
+    "AlterPartitionReassignmentsRequest", 45, "0-1", "0+",
+    f("TimeoutMs", "int32", "0+", default="60000"),
+    f("AllowReplicationFactorChange", "bool", "1+", default="true"),
+    f("Topics", "[]ReassignableTopic", "0+",
+        f("Name", "string", "0+"),
+        f("Partitions", "[]ReassignablePartition", "0+",
+            f("PartitionIndex", "int32", "0+"),
+            f("Replicas", "[]int32", "0+", nullable="0+", default="null"),
+        ),
+    ),
+)
+
+ALTER_PARTITION_REASSIGNMENTS_RESPONSE = Message(
+    "AlterPartitionReassignmentsResponse", 45, "0-1", "0+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("AllowReplicationFactorChange", "bool", "1+", default="true"),
+    f("ErrorCode", "int16", "0+"),
+    f("ErrorMessage", "string", "0+", nullable="0+"),
+    f("Responses", "[]ReassignableTopicResponse", "0+",
+        f("Name", "string", "0+"),
+        f("Partitions", "[]ReassignablePartitionResponse", "0+",
+            f("PartitionIndex", "int32", "0+"),
+            f("ErrorCode", "int16", "0+"),
+            f("ErrorMessage", "string", "0+", nullable="0+"),
+        ),
+    ),
+)
+
+# ------------------------------------------------------ ListPartitionReassignments (46)
+
+# Null ``topics`` (the default) lists every ongoing reassignment.
+LIST_PARTITION_REASSIGNMENTS_REQUEST = Message(
+    "ListPartitionReassignmentsRequest", 46, "0", "0+",
+    f("TimeoutMs", "int32", "0+", default="60000"),
+    f("Topics", "[]ListPartitionReassignmentsTopics", "0+",
+        f("Name", "string", "0+"),
+        f("PartitionIndexes", "[]int32", "0+"),
+        nullable="0+", default="null",
+    ),
+)
+
+LIST_PARTITION_REASSIGNMENTS_RESPONSE = Message(
+    "ListPartitionReassignmentsResponse", 46, "0", "0+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "0+"),
+    f("ErrorMessage", "string", "0+", nullable="0+"),
+    f("Topics", "[]OngoingTopicReassignment", "0+",
+        f("Name", "string", "0+"),
+        f("Partitions", "[]OngoingPartitionReassignment", "0+",
+            f("PartitionIndex", "int32", "0+"),
+            f("Replicas", "[]int32", "0+"),
+            f("AddingReplicas", "[]int32", "0+"),
+            f("RemovingReplicas", "[]int32", "0+"),
+        ),
     ),
 )
 
@@ -1319,9 +1447,13 @@ REQUESTS: dict[int, Message] = {
         END_TXN_REQUEST,
         WRITE_TXN_MARKERS_REQUEST,
         TXN_OFFSET_COMMIT_REQUEST,
+        DESCRIBE_LOG_DIRS_REQUEST,
         CREATE_PARTITIONS_REQUEST,
         DELETE_GROUPS_REQUEST,
+        ELECT_LEADERS_REQUEST,
         INCREMENTAL_ALTER_CONFIGS_REQUEST,
+        ALTER_PARTITION_REASSIGNMENTS_REQUEST,
+        LIST_PARTITION_REASSIGNMENTS_REQUEST,
         OFFSET_DELETE_REQUEST,
         DESCRIBE_PRODUCERS_REQUEST,
         DESCRIBE_TRANSACTIONS_REQUEST,
@@ -1366,9 +1498,13 @@ RESPONSES: dict[int, Message] = {
         END_TXN_RESPONSE,
         WRITE_TXN_MARKERS_RESPONSE,
         TXN_OFFSET_COMMIT_RESPONSE,
+        DESCRIBE_LOG_DIRS_RESPONSE,
         CREATE_PARTITIONS_RESPONSE,
         DELETE_GROUPS_RESPONSE,
+        ELECT_LEADERS_RESPONSE,
         INCREMENTAL_ALTER_CONFIGS_RESPONSE,
+        ALTER_PARTITION_REASSIGNMENTS_RESPONSE,
+        LIST_PARTITION_REASSIGNMENTS_RESPONSE,
         OFFSET_DELETE_RESPONSE,
         DESCRIBE_PRODUCERS_RESPONSE,
         DESCRIBE_TRANSACTIONS_RESPONSE,

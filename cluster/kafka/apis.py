@@ -16,7 +16,8 @@ client sends can make the broker drop data it already acknowledged.
 The handlers are mixins, one module per API family: ``metadata`` (Metadata, DescribeCluster),
 ``produce``, ``fetch`` (Fetch, ListOffsets), ``admin`` (CreateTopics, DeleteTopics,
 CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), ``groups`` (the
-group coordinator's APIs), ``producer_ids`` (InitProducerId), ``transactions``
+group coordinator's APIs), ``replica_admin`` (ElectLeaders, DescribeLogDirs), ``producer_ids``
+(InitProducerId), ``transactions``
 (InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 TxnOffsetCommit, DescribeTransactions, ListTransactions, DescribeProducers) and ``security`` (the SCRAM
 credential APIs); ``common`` holds the state they share. ApiVersions is answered here, from ``ADVERTISED_VERSIONS``.
@@ -42,6 +43,7 @@ from .groups import GroupApis
 from .metadata import MetadataApis
 from .produce import ProduceApis
 from .producer_ids import ProducerIdApis, ProducerIdManager
+from .replica_admin import ReplicaAdminApis
 from .security import SecurityApis
 from .server import ConnectionInfo, Deferred
 from .transactions import TransactionApis
@@ -71,6 +73,8 @@ _IMPLEMENTED_APIS = (
     ApiKey.DESCRIBE_PRODUCERS,
     ApiKey.DESCRIBE_TRANSACTIONS,
     ApiKey.LIST_TRANSACTIONS,
+    ApiKey.ELECT_LEADERS,
+    ApiKey.DESCRIBE_LOG_DIRS,
     ApiKey.FIND_COORDINATOR,
     ApiKey.JOIN_GROUP,
     ApiKey.SYNC_GROUP,
@@ -105,6 +109,7 @@ class KafkaApis(
     ProduceApis,
     FetchApis,
     AdminApis,
+    ReplicaAdminApis,
     TransactionApis,
     GroupApis,
     ProducerIdApis,
@@ -159,6 +164,8 @@ class KafkaApis(
             ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
             ApiKey.DESCRIBE_TRANSACTIONS: self._describe_transactions,
             ApiKey.LIST_TRANSACTIONS: self._list_transactions,
+            ApiKey.ELECT_LEADERS: self._elect_leaders,
+            ApiKey.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
             ApiKey.SYNC_GROUP: self._sync_group,
             ApiKey.HEARTBEAT: self._heartbeat,
             ApiKey.LEAVE_GROUP: self._leave_group,

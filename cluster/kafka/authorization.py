@@ -189,6 +189,17 @@ class RequestAuthorizer:
             ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn,
             ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
             ApiKey.DESCRIBE_TRANSACTIONS: _describe_transactions,
+            ApiKey.ELECT_LEADERS: _cluster_only(
+                AclOperation.ALTER,
+                lambda: {
+                    "error_code": CLUSTER_DENIED,
+                    "replica_election_results": [],
+                },
+            ),
+            ApiKey.DESCRIBE_LOG_DIRS: _cluster_only(
+                AclOperation.DESCRIBE,
+                lambda: {"error_code": CLUSTER_DENIED, "results": []},
+            ),
             ApiKey.LIST_TRANSACTIONS: _list_transactions,
             ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
             ApiKey.END_TXN: _transactional_write(

@@ -1,0 +1,134 @@
+"""Replica administration: ElectLeaders (preferred or unclean leader elections, decided by the
+active controller: ``POST /controller/elect-leaders``) and DescribeLogDirs (this broker's log
+directory, its replicas and their sizes).
+
+Flux keeps every replica of a broker in one log directory (``node.data_dir``), so
+DescribeLogDirs answers one directory, with its disk's total and usable bytes (v4).
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from flux.protocol.api import RequestHeader
+from flux.protocol.errors import ErrorCode
+
+from .common import KafkaApisBase
+
+__all__ = ["ReplicaAdminApis"]
+
+#: ElectLeaders' election types (v1+; v0 always means preferred).
+ELECTION_TYPES = {0: "preferred", 1: "unclean"}
+
+
+class ReplicaAdminApis(KafkaApisBase):
+    """ElectLeaders and DescribeLogDirs."""
+
+    # -- ElectLeaders -------------------------------------------------------------------------
+
+    async def _elect_leaders(self, header: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+        kind = ELECTION_TYPES.get(body.get("election_type", 0))
+        requested = body.get("topic_partitions")
+        partitions = (
+            None
+            if requested is None
+            else [(t["topic"], int(index)) for t in requested for index in t["partitions"]]
+        )
+        if kind is None:
+            return self._election_answer(
+                ErrorCode.INVALID_REQUEST, [], partitions, "unknown election type"
+            )
+        answer = await self._forward(
+            "POST",
+            "/controller/elect-leaders",
+            {
+                "type": kind,
+                "partitions": None if partitions is None else [list(p) for p in partitions],
+            },
+        )
+        error = ErrorCode.from_code(answer.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+        return self._election_answer(
+            error, answer.get("partitions", []), partitions, answer.get("error_message")
+        )
+
+    @staticmethod
+    def _election_answer(
+        error: ErrorCode,
+        outcomes: list[dict[str, Any]],
+        requested: list[tuple[str, int]] | None,
+        message: str | None,
+    ) -> dict[str, Any]:
+        """Kafka's answer: per partition the controller's outcome; a request-wide failure is
+        repeated on every partition asked for (v0 has no top-level error)."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        if error != ErrorCode.NONE:
+            outcomes = [
+                {"topic": t, "partition": p, "error_code": error, "error_message": message}
+                for t, p in requested or []
+            ]
+        for outcome in outcomes:
+            by_topic.setdefault(outcome["topic"], []).append(
+                {
+                    "partition_id": outcome["partition"],
+                    "error_code": outcome["error_code"],
+                    "error_message": outcome.get("error_message"),
+                }
+            )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error if requested is None else ErrorCode.NONE,
+            "replica_election_results": [
+                {"topic": topic, "partition_result": results} for topic, results in by_topic.items()
+            ],
+        }
+
+    # -- DescribeLogDirs ----------------------------------------------------------------------
+
+    async def _describe_log_dirs(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        wanted = body.get("topics")
+        chosen = (
+            None
+            if wanted is None
+            else {(t["topic"], int(index)) for t in wanted for index in t["partitions"]}
+        )
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for partition in self._replicas.partitions():
+            if chosen is not None and (partition.topic, partition.index) not in chosen:
+                continue
+            by_topic.setdefault(partition.topic, []).append(
+                {
+                    "partition_index": partition.index,
+                    "partition_size": partition.log.size_bytes,
+                    # Kafka: how far the log end is behind the high watermark (0 on a leader).
+                    "offset_lag": max(0, partition.high_watermark - partition.log_end_offset),
+                    "is_future_key": False,
+                }
+            )
+        directory = self._config.data_dir
+        try:
+            usage = shutil.disk_usage(directory)
+            total, usable = usage.total, usage.free
+        except OSError:
+            total = usable = -1
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.NONE,
+            "results": [
+                {
+                    "error_code": ErrorCode.NONE,
+                    "log_dir": str(directory.resolve()),
+                    "topics": [
+                        {
+                            "name": name,
+                            "partitions": sorted(parts, key=lambda p: p["partition_index"]),
+                        }
+                        for name, parts in sorted(by_topic.items())
+                    ],
+                    "total_bytes": total,
+                    "usable_bytes": usable,
+                }
+            ],
+        }
