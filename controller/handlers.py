@@ -46,6 +46,7 @@ from flux.controller.records import (
     DeleteSubscription,
     DeleteTopic,
     PartitionChange,
+    PartitionReassignment,
     PartitionSpec,
     Record,
     RegisterBroker,
@@ -71,7 +72,9 @@ __all__ = [
     "ControllerResult",
     "alter_configs",
     "alter_partition",
+    "alter_partition_reassignments",
     "alter_partitions",
+    "list_partition_reassignments",
     "broker_heartbeat",
     "create_partitions",
     "create_topic",
@@ -732,7 +735,16 @@ def alter_partition(
         leader_epoch=change.leader_epoch,
         partition_epoch=change.partition_epoch,
         elr=change.elr,
+        adding=state.adding,
+        removing=state.removing,
     )
+    completed = _completed_reassignment(
+        image, topic, partition, new_state, epoch=change.partition_epoch
+    )
+    if completed is not None:
+        # The last adding replica joined the ISR: the reassignment completes in this change.
+        done = _reassigned_state(completed)
+        return _ok([completed], **fields, **_state_fields(done))
     return _ok([change], **fields, **_state_fields(new_state))
 
 
@@ -785,6 +797,201 @@ def alter_partitions(
         records.extend(result.records)
         answers.append(result.response)
     return _ok(records, partitions=answers)
+
+
+# -- reassignments (KIP-455) -------------------------------------------------------------------
+
+
+def alter_partition_reassignments(
+    image: MetadataImage,
+    *,
+    requests: Sequence[tuple[str, int, Sequence[int] | None]],
+) -> ControllerResult:
+    """Kafka's AlterPartitionReassignments: per ``(topic, partition, target replicas)`` start
+    moving the partition to the target (None cancels a running reassignment).
+
+    The new replicas join as followers and catch up; the partition's replicas are the target
+    then the leaving ones, ``adding`` the new and ``removing`` the leaving. When every adding
+    replica is in the ISR (``alter_partition`` notices) the reassignment completes: the
+    replicas become the target, the leaving ones drop out of the ISR, and leadership moves to
+    the first target replica in the ISR if the leader leaves. A new target for a partition
+    being reassigned replaces the old one (the original replicas stay what they were).
+    Cancelling returns to the original replicas (the adding ones leave), in the running order as
+    Kafka does (so the preferred replica may differ from before). Per-partition outcomes in
+    ``response["partitions"]``."""
+    records: list[Record] = []
+    results = []
+    for name, index, target in requests:
+        outcome: dict[str, Any] = {"topic": name, "partition": index}
+        try:
+            topic = image.topics.get(name)
+            if topic is None or type(index) is not int or not 0 <= index < len(topic.partitions):
+                raise _Rejected(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {name}-{index}"
+                )
+            state = topic.partitions[index]
+            if target is None:
+                record = _cancel_reassignment(image, topic, index, state)
+            else:
+                record = _start_reassignment(image, topic, index, state, tuple(target))
+        except _Rejected as rejected:
+            results.append(
+                {
+                    **outcome,
+                    "error_code": int(rejected.error_code),
+                    "error_message": rejected.message,
+                }  # fmt: skip
+            )
+            continue
+        if record is not None:
+            records.append(record)
+        results.append({**outcome, "error_code": 0, "error_message": None})
+    return _ok(records, partitions=results)
+
+
+def _start_reassignment(
+    image: MetadataImage,
+    topic: TopicImage,
+    index: int,
+    state: PartitionState,
+    target: tuple[int, ...],
+) -> PartitionReassignment | None:
+    if not target or len(set(target)) != len(target):
+        raise _Rejected(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"replicas {list(target)} are empty or repeat"
+        )
+    unknown = [r for r in target if r not in image.brokers]
+    if unknown:
+        raise _Rejected(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"unknown brokers {unknown}")
+    original = state.original_replicas
+    if target == original and not state.reassigning:
+        return None  # already there
+    adding = tuple(r for r in target if r not in original)
+    removing = tuple(r for r in original if r not in target)
+    moving = PartitionState(
+        replicas=target + removing,
+        isr=tuple(r for r in state.isr if r in target or r in removing),
+        leader=state.leader,
+        leader_epoch=state.leader_epoch,
+        partition_epoch=state.partition_epoch,
+        elr=tuple(r for r in state.elr if r in target or r in removing),
+        adding=adding,
+        removing=removing,
+    )
+    completed = _completed_reassignment(
+        image, topic, index, moving, epoch=state.partition_epoch + 1
+    )
+    if completed is not None:
+        return completed
+    return _reassignment_record(topic, index, moving, epoch=state.partition_epoch + 1)
+
+
+def _cancel_reassignment(
+    image: MetadataImage, topic: TopicImage, index: int, state: PartitionState
+) -> PartitionReassignment:
+    if not state.reassigning:
+        raise _Rejected(
+            ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"{topic.name}-{index} is not being reassigned"
+        )
+    original = state.original_replicas
+    back = PartitionState(
+        replicas=original,
+        isr=state.isr,
+        leader=state.leader,
+        leader_epoch=state.leader_epoch,
+        partition_epoch=state.partition_epoch,
+        elr=state.elr,
+        adding=(),
+        removing=tuple(r for r in state.replicas if r not in original),
+    )
+    record = _completed_reassignment(image, topic, index, back, epoch=state.partition_epoch + 1)
+    if record is None:
+        raise _Rejected(
+            ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+            f"{topic.name}-{index}: no original replica is in the ISR to go back to",
+        )
+    return record
+
+
+def _completed_reassignment(
+    image: MetadataImage, topic: TopicImage, index: int, state: PartitionState, *, epoch: int
+) -> PartitionReassignment | None:
+    """The record that completes ``state``'s reassignment (every adding replica in the ISR),
+    or None when it cannot complete yet (or none runs)."""
+    if not state.reassigning or not set(state.adding) <= set(state.isr):
+        return None
+    target = state.target_replicas
+    isr = tuple(r for r in state.isr if r in target)
+    if not isr:
+        return None  # nobody of the target holds the data yet
+    leader, leader_epoch = state.leader, state.leader_epoch
+    if leader not in target:
+        alive = [r for r in target if r in isr and image.is_alive(r)]
+        leader = alive[0] if alive else -1
+        leader_epoch += 1
+    done = PartitionState(
+        replicas=target,
+        isr=isr,
+        leader=leader,
+        leader_epoch=leader_epoch,
+        partition_epoch=state.partition_epoch,
+        elr=tuple(r for r in state.elr if r in target),
+    )
+    return _reassignment_record(topic, index, done, epoch=epoch)
+
+
+def _reassignment_record(
+    topic: TopicImage, index: int, state: PartitionState, *, epoch: int
+) -> PartitionReassignment:
+    return PartitionReassignment(
+        topic_id=topic.topic_id,
+        partition=index,
+        replicas=state.replicas,
+        adding=state.adding,
+        removing=state.removing,
+        leader=state.leader,
+        leader_epoch=state.leader_epoch,
+        isr=state.isr,
+        partition_epoch=epoch,
+        elr=state.elr,
+    )
+
+
+def _reassigned_state(record: PartitionReassignment) -> PartitionState:
+    return PartitionState(
+        replicas=record.replicas,
+        isr=record.isr,
+        leader=record.leader,
+        leader_epoch=record.leader_epoch,
+        partition_epoch=record.partition_epoch,
+        elr=record.elr,
+        adding=record.adding,
+        removing=record.removing,
+    )
+
+
+def list_partition_reassignments(
+    image: MetadataImage, partitions: Sequence[tuple[str, int]] | None = None
+) -> list[dict[str, Any]]:
+    """The running reassignments (of ``partitions``, or all): topic, partition, replicas,
+    adding, removing."""
+    found = []
+    for name, topic in sorted(image.topics.items()):
+        for index, state in enumerate(topic.partitions):
+            if not state.reassigning:
+                continue
+            if partitions is not None and (name, index) not in partitions:
+                continue
+            found.append(
+                {
+                    "topic": name,
+                    "partition": index,
+                    "replicas": list(state.replicas),
+                    "adding": list(state.adding),
+                    "removing": list(state.removing),
+                }  # fmt: skip
+            )
+    return found
 
 
 def _current_state(image: MetadataImage, topic_id: str, partition: Any) -> PartitionState | None:

@@ -34,6 +34,7 @@ from flux.controller.records import (
     DeleteTopic,
     FenceBroker,
     PartitionChange,
+    PartitionReassignment,
     PartitionSpec,
     Record,
     RegisterBroker,
@@ -212,6 +213,10 @@ class PartitionState:
     leader_epoch: int
     partition_epoch: int
     elr: tuple[int, ...] = ()
+    #: A running reassignment (``PartitionReassignment``): target replicas still catching up,
+    #: and replicas that leave when it completes.
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
 
     def __setstate__(self, state: Sequence[Any]) -> None:
         _setstate_with_defaults(self, state)
@@ -219,6 +224,20 @@ class PartitionState:
     @property
     def preferred_leader(self) -> int:
         return self.replicas[0]
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replicas once the running reassignment completes (the replicas if none)."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the running reassignment (the replicas if none)."""
+        return tuple(r for r in self.replicas if r not in self.adding)
 
     @property
     def offline(self) -> bool:
@@ -232,6 +251,11 @@ class PartitionState:
             "leader_epoch": self.leader_epoch,
             "partition_epoch": self.partition_epoch,
             "elr": list(self.elr),
+            **(
+                {"adding": list(self.adding), "removing": list(self.removing)}
+                if self.reassigning
+                else {}
+            ),
         }
 
     @classmethod
@@ -243,6 +267,8 @@ class PartitionState:
             leader_epoch=int(data["leader_epoch"]),
             partition_epoch=int(data["partition_epoch"]),
             elr=tuple(int(r) for r in data.get("elr", ())),
+            adding=tuple(int(r) for r in data.get("adding", ())),
+            removing=tuple(int(r) for r in data.get("removing", ())),
         )
 
 
@@ -502,13 +528,51 @@ class MetadataImage:
         leader_valid = record.leader == -1 or record.leader in record.isr
         if not (isr_valid and elr_valid and leader_valid):
             return self._ignore(record, f"leader/ISR/ELR not within replicas {current.replicas}")
-        state = PartitionState(
-            replicas=current.replicas,
+        state = replace(
+            current,
             isr=record.isr,
             leader=record.leader,
             leader_epoch=record.leader_epoch,
             partition_epoch=record.partition_epoch,
             elr=record.elr,
+        )
+        partitions = list(topic.partitions)
+        partitions[record.partition] = state
+        return self._with_topic(replace(topic, partitions=tuple(partitions)))
+
+    def _replay_partition_reassignment(self, record: PartitionReassignment) -> MetadataImage:
+        topic = self.topic_by_id(record.topic_id)
+        if topic is None or not 0 <= record.partition < len(topic.partitions):
+            return self._ignore(record, "unknown partition")
+        current = topic.partitions[record.partition]
+        if record.partition_epoch != current.partition_epoch + 1:
+            return self._ignore(record, f"partition epoch is {current.partition_epoch}")
+        if record.leader_epoch < current.leader_epoch:
+            return self._ignore(record, f"leader epoch is {current.leader_epoch}")
+        replicas = set(record.replicas)
+        valid = (
+            record.replicas
+            and len(replicas) == len(record.replicas)
+            and set(record.isr) <= replicas
+            and len(set(record.isr)) == len(record.isr)
+            and set(record.adding) <= replicas
+            and set(record.removing) <= replicas
+            and not set(record.adding) & set(record.removing)
+            and set(record.elr) <= replicas
+            and not set(record.elr) & set(record.isr)
+            and (record.leader == -1 or record.leader in record.isr)
+        )
+        if not valid:
+            return self._ignore(record, f"inconsistent replicas {record.replicas}")
+        state = PartitionState(
+            replicas=record.replicas,
+            isr=record.isr,
+            leader=record.leader,
+            leader_epoch=record.leader_epoch,
+            partition_epoch=record.partition_epoch,
+            elr=record.elr,
+            adding=record.adding,
+            removing=record.removing,
         )
         partitions = list(topic.partitions)
         partitions[record.partition] = state
@@ -676,6 +740,7 @@ _REPLAYERS: dict[type[Any], Any] = {
     CreatePartitions: MetadataImage._replay_create_partitions,
     DeleteTopic: MetadataImage._replay_delete_topic,
     PartitionChange: MetadataImage._replay_partition_change,
+    PartitionReassignment: MetadataImage._replay_partition_reassignment,
     ConfigChange: MetadataImage._replay_config_change,
     AllocateProducerIds: MetadataImage._replay_allocate_producer_ids,
     RegisterSubscription: MetadataImage._replay_register_subscription,

@@ -32,6 +32,7 @@ __all__ = [
     "DeleteTopic",
     "FenceBroker",
     "PartitionChange",
+    "PartitionReassignment",
     "PartitionSpec",
     "Record",
     "RegisterBroker",
@@ -140,6 +141,27 @@ class PartitionChange:
 
     topic_id: str
     partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int
+    elr: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """The replicas of one partition change (Kafka's reassignment, KIP-455): the complete new
+    state, applied like ``PartitionChange`` (``partition_epoch`` exactly one more).
+
+    While a reassignment runs, ``replicas`` holds the target replicas then the ones leaving;
+    ``adding`` are the target replicas still catching up (not yet in the ISR) and ``removing``
+    those that leave once every adding replica joined the ISR. Both are empty otherwise."""
+
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
@@ -266,7 +288,8 @@ class DeleteAcl:
 
 
 Record = (
-    ControllerActivated
+    PartitionReassignment
+    | ControllerActivated
     | RegisterBroker
     | FenceBroker
     | UnfenceBroker
@@ -297,6 +320,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
         CreatePartitions,
         DeleteTopic,
         PartitionChange,
+        PartitionReassignment,
         ConfigChange,
         AllocateProducerIds,
         RegisterSubscription,
@@ -458,6 +482,18 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
     "PartitionChange": {
         "topic_id": _str,
         "partition": _int,
+        "leader": _int,
+        "leader_epoch": _int,
+        "isr": _int_tuple,
+        "partition_epoch": _int,
+        "elr": _int_tuple,
+    },
+    "PartitionReassignment": {
+        "topic_id": _str,
+        "partition": _int,
+        "replicas": _int_tuple,
+        "adding": _int_tuple,
+        "removing": _int_tuple,
         "leader": _int,
         "leader_epoch": _int,
         "isr": _int_tuple,

@@ -26,6 +26,8 @@ HTTP API (JSON bodies; every answer carries ``error_code`` and ``error_message``
 ``POST /controller/partitions/alter``       AlterPartition: the leader proposes new ISRs (one
                                             partition, or ``partitions: [...]`` at once)
 ``POST /controller/elect-leaders``          manual preferred (or unclean) leader election
+``POST /controller/reassignments``          start or cancel partition reassignments
+                                            (``partitions: [[topic, p, replicas|null], ...]``)
 ``POST /controller/configs``                set or delete topic / broker config overrides
 ``POST /controller/producer-ids``           allocate a block of producer ids to a broker
 ``GET  /controller/status``                 this controller's Raft view
@@ -168,6 +170,7 @@ class ControllerService:
                 ),
                 web.post("/controller/partitions/alter", self._json(self._alter_partition)),
                 web.post("/controller/elect-leaders", self._json(self._elect_leaders)),
+                web.post("/controller/reassignments", self._json(self._reassign)),
                 web.post("/controller/configs", self._json(self._alter_configs)),
                 web.post("/controller/scram-credentials", self._json(self._alter_credentials)),
                 web.post("/controller/acls", self._json(self._change_acls)),
@@ -647,6 +650,26 @@ class ControllerService:
                 election_type=election_type,
                 default_min_isr=self.settings.default_min_insync_replicas,
             )
+        )
+        return {**result.response, "version": image.version}
+
+    async def _reassign(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        raw = body.get("partitions")
+        try:
+            requests = [
+                (
+                    str(topic),
+                    int(index),
+                    None if replicas is None else [int(r) for r in replicas],
+                )
+                for topic, index, replicas in raw
+            ]
+        except (TypeError, ValueError):
+            raise _BadRequest(
+                "partitions must be a list of [topic, partition, replicas or null]"
+            ) from None
+        result, image = await self._write(
+            lambda image: handlers.alter_partition_reassignments(image, requests=requests)
         )
         return {**result.response, "version": image.version}
 

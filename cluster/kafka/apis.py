@@ -16,7 +16,8 @@ client sends can make the broker drop data it already acknowledged.
 The handlers are mixins, one module per API family: ``metadata`` (Metadata, DescribeCluster),
 ``produce``, ``fetch`` (Fetch, ListOffsets), ``admin`` (CreateTopics, DeleteTopics,
 CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), ``groups`` (the
-group coordinator's APIs), ``replica_admin`` (ElectLeaders, DescribeLogDirs), ``producer_ids``
+group coordinator's APIs), ``replica_admin`` (ElectLeaders,
+AlterPartitionReassignments, ListPartitionReassignments, DescribeLogDirs), ``producer_ids``
 (InitProducerId), ``transactions``
 (InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 TxnOffsetCommit, DescribeTransactions, ListTransactions, DescribeProducers) and ``security`` (the SCRAM
@@ -75,6 +76,8 @@ _IMPLEMENTED_APIS = (
     ApiKey.LIST_TRANSACTIONS,
     ApiKey.ELECT_LEADERS,
     ApiKey.DESCRIBE_LOG_DIRS,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS,
     ApiKey.FIND_COORDINATOR,
     ApiKey.JOIN_GROUP,
     ApiKey.SYNC_GROUP,
@@ -166,6 +169,8 @@ class KafkaApis(
             ApiKey.LIST_TRANSACTIONS: self._list_transactions,
             ApiKey.ELECT_LEADERS: self._elect_leaders,
             ApiKey.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_partition_reassignments,
             ApiKey.SYNC_GROUP: self._sync_group,
             ApiKey.HEARTBEAT: self._heartbeat,
             ApiKey.LEAVE_GROUP: self._leave_group,

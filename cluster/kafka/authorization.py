@@ -196,6 +196,14 @@ class RequestAuthorizer:
                     "replica_election_results": [],
                 },
             ),
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster_only(
+                AclOperation.ALTER,
+                lambda: {"error_code": CLUSTER_DENIED, "responses": []},
+            ),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster_only(
+                AclOperation.DESCRIBE,
+                lambda: {"error_code": CLUSTER_DENIED, "topics": []},
+            ),
             ApiKey.DESCRIBE_LOG_DIRS: _cluster_only(
                 AclOperation.DESCRIBE,
                 lambda: {"error_code": CLUSTER_DENIED, "results": []},

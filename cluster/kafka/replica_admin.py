@@ -1,6 +1,9 @@
 """Replica administration: ElectLeaders (preferred or unclean leader elections, decided by the
-active controller: ``POST /controller/elect-leaders``) and DescribeLogDirs (this broker's log
-directory, its replicas and their sizes).
+active controller: ``POST /controller/elect-leaders``), AlterPartitionReassignments (started or
+cancelled by the controller: ``POST /controller/reassignments``; see
+``flux.controller.handlers.alter_partition_reassignments``), ListPartitionReassignments (from
+this broker's metadata image) and DescribeLogDirs (this broker's log directory, its replicas
+and their sizes).
 
 Flux keeps every replica of a broker in one log directory (``node.data_dir``), so
 DescribeLogDirs answers one directory, with its disk's total and usable bytes (v4).
@@ -23,7 +26,72 @@ ELECTION_TYPES = {0: "preferred", 1: "unclean"}
 
 
 class ReplicaAdminApis(KafkaApisBase):
-    """ElectLeaders and DescribeLogDirs."""
+    """ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments and
+    DescribeLogDirs."""
+
+    # -- reassignments ------------------------------------------------------------------------
+
+    async def _alter_partition_reassignments(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        requested = [
+            (topic["name"], item["partition_index"], item.get("replicas"))
+            for topic in body["topics"]
+            for item in topic["partitions"]
+        ]
+        answer = await self._forward(
+            "POST",
+            "/controller/reassignments",
+            {"partitions": [[t, p, None if r is None else list(r)] for t, p, r in requested]},
+        )
+        error = ErrorCode.from_code(answer.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+        outcomes = {(o["topic"], o["partition"]): o for o in answer.get("partitions", [])}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, index, _replicas in requested:
+            outcome = outcomes.get((name, index), {})
+            by_topic.setdefault(name, []).append(
+                {
+                    "partition_index": index,
+                    "error_code": outcome.get("error_code", error),
+                    "error_message": outcome.get("error_message", answer.get("error_message")),
+                }
+            )
+        return {
+            "throttle_time_ms": 0,
+            "allow_replication_factor_change": True,
+            "error_code": ErrorCode.NONE if outcomes else error,
+            "error_message": None if outcomes else answer.get("error_message"),
+            "responses": [{"name": n, "partitions": p} for n, p in by_topic.items()],
+        }
+
+    async def _list_partition_reassignments(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        wanted = body.get("topics")
+        chosen = (
+            None
+            if wanted is None
+            else {(t["name"], int(i)) for t in wanted for i in t["partition_indexes"]}
+        )
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, topic in sorted(self._image.topics.items()):
+            for index, state in enumerate(topic.partitions):
+                if not state.reassigning or (chosen is not None and (name, index) not in chosen):
+                    continue
+                by_topic.setdefault(name, []).append(
+                    {
+                        "partition_index": index,
+                        "replicas": list(state.replicas),
+                        "adding_replicas": list(state.adding),
+                        "removing_replicas": list(state.removing),
+                    }
+                )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "topics": [{"name": n, "partitions": p} for n, p in by_topic.items()],
+        }
 
     # -- ElectLeaders -------------------------------------------------------------------------
 

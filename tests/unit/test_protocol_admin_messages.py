@@ -483,7 +483,12 @@ def test_messages_are_registered_with_their_versions(api_key: int) -> None:
 
 
 #: The admin APIs the broker serves, and the versions it serves them in.
-SERVED = {ApiKey.ELECT_LEADERS: (0, 2), ApiKey.DESCRIBE_LOG_DIRS: (0, 4)}
+SERVED = {
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+}
 
 
 def test_served_admin_apis() -> None:

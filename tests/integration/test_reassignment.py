@@ -1,0 +1,118 @@
+"""Partition reassignment with unmodified clients: kafka-python's
+``alter_partition_reassignments`` moves a partition from replicas [1, 2, 3] to [2, 3, 4] while
+an idempotent ``acks=all`` producer writes (nothing lost, nothing duplicated, the replicas'
+logs byte-identical afterwards, the removed replica's directory gone), and a reassignment whose
+new replica cannot catch up is listed, then cancelled."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.integration.cluster_helpers import live_brokers, partitions
+from tests.integration.helpers import wait_until
+from tests.integration.test_replication import _create
+
+pytestmark = pytest.mark.integration
+
+
+def _log_bytes(node, topic: str, index: int) -> bytes:
+    directory = node.data_dir / f"{topic}-{index}"
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def test_reassignment_under_idempotent_load(cluster_factory) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    nodes = cluster_factory(4)
+    by_id = {node.node_id: node for node in nodes}
+    _create(nodes[0], "moving", [[1, 2, 3]], **{"min.insync.replicas": "2"})
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2}
+    )
+    acknowledged: list[bytes] = []
+    errors: list[object] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        number = 0
+        while not stop.is_set():
+            producer.produce(
+                "moving", value=b"m-%06d" % number, partition=0,
+                on_delivery=lambda e, m: errors.append(e) if e else acknowledged.append(m.value()),
+            )  # fmt: skip
+            number += 1
+            if number % 100 == 0:
+                producer.poll(0)
+                time.sleep(0.01)
+        producer.flush(60)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    admin = KafkaAdminClient(bootstrap_servers=nodes[0].bootstrap_servers)
+    try:
+        wait_until(lambda: len(acknowledged) >= 2000)
+        answer = admin.alter_partition_reassignments({KafkaTopicPartition("moving", 0): [2, 3, 4]})
+        assert answer == {KafkaTopicPartition("moving", 0): None}
+        wait_until(
+            lambda: partitions(nodes[1], "moving")[0]["replica_nodes"] == [2, 3, 4], timeout_s=60
+        )
+        assert admin.list_partition_reassignments() == {}
+        wait_until(lambda: len(acknowledged) >= 6000)
+    finally:
+        stop.set()
+        writer.join(90)
+        admin.close()
+    assert errors == []
+    # Every acknowledged record once, in order, from the new replicas.
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition("moving", 0, 0)])
+    read: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(read) < len(acknowledged) and time.monotonic() < deadline:
+        read += [m.value() for m in consumer.consume(5000, 1.0) if m.error() is None]
+    consumer.close()
+    assert read == acknowledged
+    # The three replicas hold the same bytes; the removed one deleted its copy.
+    wait_until(
+        lambda: (
+            _log_bytes(by_id[2], "moving", 0)
+            == _log_bytes(by_id[3], "moving", 0)
+            == _log_bytes(by_id[4], "moving", 0)
+        ),
+        timeout_s=30,
+    )
+    wait_until(lambda: not (by_id[1].data_dir / "moving-0").exists(), timeout_s=30)
+
+
+def test_a_reassignment_that_cannot_finish_is_listed_then_cancelled(cluster_factory) -> None:
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    nodes = cluster_factory(4)
+    by_id = {node.node_id: node for node in nodes}
+    _create(nodes[0], "stuck", [[1, 2, 3]])
+    by_id[4].kill()  # the new replica never catches up
+    wait_until(lambda: 4 not in live_brokers(nodes[0]))  # fenced: clients stop calling it
+    admin = KafkaAdminClient(bootstrap_servers=nodes[0].bootstrap_servers)
+    partition = KafkaTopicPartition("stuck", 0)
+    try:
+        assert admin.alter_partition_reassignments({partition: [2, 3, 4]}) == {partition: None}
+        listed = wait_until(lambda: admin.list_partition_reassignments())
+        assert listed == {
+            partition: {"replicas": [2, 3, 4, 1], "adding_replicas": [4], "removing_replicas": [1]}
+        }
+        assert admin.alter_partition_reassignments({partition: None}) == {partition: None}
+        wait_until(lambda: admin.list_partition_reassignments() == {})
+        assert sorted(partitions(nodes[0], "stuck")[0]["replica_nodes"]) == [1, 2, 3]
+        refused = admin.alter_partition_reassignments({partition: None})
+        assert refused[partition].__name__ == "NoReassignmentInProgressError"
+    finally:
+        admin.close()
