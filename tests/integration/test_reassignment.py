@@ -116,3 +116,34 @@ def test_a_reassignment_that_cannot_finish_is_listed_then_cancelled(cluster_fact
         assert refused[partition].__name__ == "NoReassignmentInProgressError"
     finally:
         admin.close()
+
+
+def test_a_reassignment_survives_an_active_controller_sigkill(cluster_factory) -> None:
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    from tests.integration.cluster_helpers import active_controller
+
+    # Five voters: with broker 4 and the active controller down, three still form a quorum.
+    nodes = cluster_factory(5)
+    by_id = {node.node_id: node for node in nodes}
+    _create(nodes[0], "survive", [[1, 2, 3]])
+    by_id[4].kill()  # the reassignment waits for broker 4
+    wait_until(lambda: 4 not in live_brokers(nodes[0]))
+    admin = KafkaAdminClient(bootstrap_servers=nodes[0].bootstrap_servers)
+    partition = KafkaTopicPartition("survive", 0)
+    try:
+        assert admin.alter_partition_reassignments({partition: [2, 3, 4]}) == {partition: None}
+        wait_until(lambda: admin.list_partition_reassignments())
+    finally:
+        admin.close()
+    controller = wait_until(lambda: active_controller([n for n in nodes if n.node_id != 4]))
+    controller.kill()
+    survivors = [n for n in nodes if n.node_id not in (4, controller.node_id)]
+    # A new active controller; broker 4 returns, catches up, and the reassignment completes.
+    wait_until(lambda: active_controller(survivors), timeout_s=30)
+    by_id[4].start()
+    by_id[4].wait_ready(60)
+    wait_until(
+        lambda: partitions(survivors[0], "survive")[0]["replica_nodes"] == [2, 3, 4], timeout_s=60
+    )
