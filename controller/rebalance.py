@@ -1,0 +1,137 @@
+"""The rebalance planner: which partitions to reassign so that replicas and preferred leaders
+spread evenly over the brokers (a pure function of the metadata image; no I/O).
+
+``plan_rebalance(image)`` returns one ``Move`` per partition whose replicas should change; an
+operator (or ``fluxctl``) executes them with AlterPartitionReassignments, whose rules keep
+``acks=all`` guarantees while replicas move (``handlers.alter_partition_reassignments``).
+
+The plan, greedy and deterministic (ties broken by broker id, then topic and partition):
+
+1. **Replicas**: the brokers taking part are the registered, unfenced ones minus
+   ``exclude`` (brokers to drain). Every replica on an excluded or gone broker moves first, to
+   the taking-part broker with the fewest replicas that does not hold the partition yet. Then,
+   while the most loaded broker holds at least two replicas more than the least loaded, one
+   of its replicas moves to the least loaded (a partition the latter does not hold). A replica
+   keeps its position in the list, so a moved first replica moves the preferred leadership with
+   it.
+2. **Preferred leaders**: while a broker is the first replica of at least two partitions more
+   than another that holds a replica of one of them, the two swap places in that partition's
+   list (no data moves for this).
+
+Bytes per broker and racks are not weighed yet: every replica counts the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from flux.controller.image import MetadataImage
+
+__all__ = ["Move", "plan_rebalance"]
+
+#: Moves of one plan at most (a named bound: a plan is executed by an operator).
+MAX_MOVES = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    target: tuple[int, ...]
+
+
+def plan_rebalance(
+    image: MetadataImage,
+    *,
+    topics: Iterable[str] | None = None,
+    exclude: Collection[int] = (),
+) -> list[Move]:
+    """The moves that even out replicas and preferred leaders over the live brokers (see the
+    module docstring); ``topics``: only these (default: all but internal ``__`` topics)."""
+    brokers = sorted(
+        broker_id
+        for broker_id, registration in image.brokers.items()
+        if not registration.fenced and broker_id not in exclude
+    )
+    if not brokers:
+        return []
+    names = (
+        sorted(topics)
+        if topics is not None
+        else sorted(name for name in image.topics if not name.startswith("__"))
+    )
+    lists: dict[tuple[str, int], list[int]] = {}
+    for name in names:
+        topic = image.topics.get(name)
+        if topic is None:
+            continue
+        for index, state in enumerate(topic.partitions):
+            lists[(name, index)] = list(state.target_replicas)
+    load = {broker: 0 for broker in brokers}
+    for replicas in lists.values():
+        for replica in replicas:
+            if replica in load:
+                load[replica] += 1
+
+    def least_loaded(excluding: Collection[int]) -> int | None:
+        candidates = [b for b in brokers if b not in excluding]
+        return min(candidates, key=lambda b: (load[b], b)) if candidates else None
+
+    # 1a. Replicas on excluded or gone brokers move to the least loaded broker.
+    for key in sorted(lists):
+        replicas = lists[key]
+        for position, replica in enumerate(replicas):
+            if replica in load:
+                continue
+            destination = least_loaded(replicas)
+            if destination is None:
+                continue  # nowhere to go: the partition keeps it
+            replicas[position] = destination
+            load[destination] += 1
+    # 1b. Even out the load.
+    for _ in range(MAX_MOVES):
+        busiest = max(brokers, key=lambda b: (load[b], -b))
+        idlest = min(brokers, key=lambda b: (load[b], b))
+        if load[busiest] - load[idlest] < 2:
+            break
+        movable = [
+            key for key in sorted(lists) if busiest in lists[key] and idlest not in lists[key]
+        ]
+        if not movable:
+            break
+        replicas = lists[movable[0]]
+        replicas[replicas.index(busiest)] = idlest
+        load[busiest] -= 1
+        load[idlest] += 1
+    # 2. Even out the preferred leaders by swapping positions within a partition.
+    leading = {broker: 0 for broker in brokers}
+    for replicas in lists.values():
+        if replicas and replicas[0] in leading:
+            leading[replicas[0]] += 1
+    for _ in range(MAX_MOVES):
+        swapped = False
+        for key in sorted(lists):
+            replicas = lists[key]
+            first = replicas[0] if replicas else None
+            if first not in leading:
+                continue
+            others = [r for r in replicas[1:] if r in leading]
+            if not others:
+                continue
+            other = min(others, key=lambda b: (leading[b], b))
+            if leading[first] - leading[other] >= 2:
+                position = replicas.index(other)
+                replicas[0], replicas[position] = other, first
+                leading[first] -= 1
+                leading[other] += 1
+                swapped = True
+        if not swapped:
+            break
+    moves = []
+    for (name, index), replicas in sorted(lists.items()):
+        current = image.topics[name].partitions[index].target_replicas
+        if tuple(replicas) != current:
+            moves.append(Move(name, index, current, tuple(replicas)))
+    return moves
