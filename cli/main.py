@@ -864,6 +864,7 @@ def _register_client_commands() -> None:
     from flux.cli.client_commands import consume, produce
     from flux.cli.group import group
     from flux.cli.pipeline import pipeline
+    from flux.cli.reassign import partition, rebalance
     from flux.cli.topic import topic
     from flux.cli.user import user
 
@@ -875,6 +876,8 @@ def _register_client_commands() -> None:
     main.add_command(consume)
     main.add_command(chaos)
     main.add_command(pipeline)
+    main.add_command(partition)
+    cluster.add_command(rebalance)
 
 
 _register_client_commands()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from flux.controller.image import MetadataImage
 
-__all__ = ["Move", "plan_rebalance"]
+__all__ = ["Move", "plan_moves", "plan_rebalance"]
 
 #: Moves of one plan at most (a named bound: a plan is executed by an operator).
 MAX_MOVES = 100_000
@@ -50,25 +50,32 @@ def plan_rebalance(
 ) -> list[Move]:
     """The moves that even out replicas and preferred leaders over the live brokers (see the
     module docstring); ``topics``: only these (default: all but internal ``__`` topics)."""
-    brokers = sorted(
-        broker_id
-        for broker_id, registration in image.brokers.items()
-        if not registration.fenced and broker_id not in exclude
-    )
+    live = [b for b, registration in image.brokers.items() if not registration.fenced]
+    if topics is None:
+        names = sorted(name for name in image.topics if not name.startswith("__"))
+    else:
+        names = sorted(topics)
+    current = {
+        (name, index): state.target_replicas
+        for name in names
+        if name in image.topics
+        for index, state in enumerate(image.topics[name].partitions)
+    }
+    return plan_moves(current, live, exclude=exclude)
+
+
+def plan_moves(
+    current: dict[tuple[str, int], tuple[int, ...]],
+    live_brokers: Iterable[int],
+    *,
+    exclude: Collection[int] = (),
+) -> list[Move]:
+    """``plan_rebalance`` over plain data: each partition's replicas and the live brokers (for
+    tools that read them with Metadata requests)."""
+    brokers = sorted(b for b in set(live_brokers) if b not in exclude)
     if not brokers:
         return []
-    names = (
-        sorted(topics)
-        if topics is not None
-        else sorted(name for name in image.topics if not name.startswith("__"))
-    )
-    lists: dict[tuple[str, int], list[int]] = {}
-    for name in names:
-        topic = image.topics.get(name)
-        if topic is None:
-            continue
-        for index, state in enumerate(topic.partitions):
-            lists[(name, index)] = list(state.target_replicas)
+    lists = {key: list(replicas) for key, replicas in current.items()}
     load = {broker: 0 for broker in brokers}
     for replicas in lists.values():
         for replica in replicas:
@@ -129,9 +136,8 @@ def plan_rebalance(
                 swapped = True
         if not swapped:
             break
-    moves = []
-    for (name, index), replicas in sorted(lists.items()):
-        current = image.topics[name].partitions[index].target_replicas
-        if tuple(replicas) != current:
-            moves.append(Move(name, index, current, tuple(replicas)))
-    return moves
+    return [
+        Move(name, index, tuple(current[(name, index)]), tuple(replicas))
+        for (name, index), replicas in sorted(lists.items())
+        if tuple(replicas) != tuple(current[(name, index)])
+    ]

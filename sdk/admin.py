@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -481,6 +481,70 @@ class AsyncAdmin:
             body,
             lambda response, _: _single(response["results"], name),
         )
+
+    # -- reassignments ---------------------------------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, reassignments: Mapping[tuple[str, int], Sequence[int] | None]
+    ) -> dict[tuple[str, int], FluxError | None]:
+        """Move partitions to new replicas (AlterPartitionReassignments, API key 45):
+        ``{(topic, partition): [broker ids] or None to cancel}``. Per partition: None when
+        the controller took it, else the error (``InvalidReplicaAssignmentError``,
+        a ``KafkaError`` naming the code, such as NO_REASSIGNMENT_IN_PROGRESS). The move runs on (see
+        ``list_partition_reassignments``)."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), replicas in reassignments.items():
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition_index": partition,
+                    "replicas": None if replicas is None else [int(r) for r in replicas],
+                }
+            )
+        body = {
+            "timeout_ms": self._timeout_ms,
+            "allow_replication_factor_change": True,
+            "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
+        }
+
+        def read(response: dict[str, Any], _: int) -> dict[tuple[str, int], FluxError | None]:
+            _raise_for(
+                response.get("error_code", 0), response.get("error_message"), context="reassignment"
+            )
+            outcome: dict[tuple[str, int], FluxError | None] = {}
+            for topic in response["responses"]:
+                for item in topic["partitions"]:
+                    code = ErrorCode.from_code(item["error_code"])
+                    outcome[(topic["name"], item["partition_index"])] = (
+                        None
+                        if code is ErrorCode.NONE
+                        else error_for(code, item.get("error_message") or code.message)
+                    )
+            return outcome
+
+        return await self.client.call_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, body, read)
+
+    async def list_partition_reassignments(
+        self,
+    ) -> dict[tuple[str, int], dict[str, list[int]]]:
+        """The running reassignments (ListPartitionReassignments, API key 46):
+        ``{(topic, partition): {"replicas", "adding", "removing"}}``."""
+        body = {"timeout_ms": self._timeout_ms, "topics": None}
+
+        def read(response: dict[str, Any], _: int) -> dict[tuple[str, int], dict[str, list[int]]]:
+            _raise_for(
+                response.get("error_code", 0), response.get("error_message"), context="reassignment"
+            )
+            return {
+                (topic["name"], item["partition_index"]): {
+                    "replicas": list(item["replicas"]),
+                    "adding": list(item["adding_replicas"]),
+                    "removing": list(item["removing_replicas"]),
+                }
+                for topic in response["topics"]
+                for item in topic["partitions"]
+            }
+
+        return await self.client.call_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS, body, read)
 
     # -- configs and cluster ---------------------------------------------------------------
 
@@ -952,6 +1016,14 @@ class Admin:
 
     def describe_configs(self, topic: str) -> dict[str, ConfigEntry]:
         return self._loop.run(self._async.describe_configs(topic))
+
+    def alter_partition_reassignments(
+        self, reassignments: Mapping[tuple[str, int], Sequence[int] | None]
+    ) -> dict[tuple[str, int], FluxError | None]:
+        return self._loop.run(self._async.alter_partition_reassignments(reassignments))
+
+    def list_partition_reassignments(self) -> dict[tuple[str, int], dict[str, list[int]]]:
+        return self._loop.run(self._async.list_partition_reassignments())
 
     def alter_topic_configs(
         self,

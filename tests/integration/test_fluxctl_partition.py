@@ -1,0 +1,71 @@
+"""``fluxctl cluster rebalance`` and ``fluxctl partition reassign|reassignments|cancel`` against a
+real 4-node cluster, through click's CliRunner on the command objects: a new broker gets its
+share of replicas, a Kafka reassignment plan file is applied, and a broker is drained."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+from flux.cli.reassign import partition, rebalance
+
+from tests.integration.cluster_helpers import partitions
+from tests.integration.test_replication import _create
+
+pytestmark = pytest.mark.integration
+
+
+@click.group()
+def fluxctl() -> None:
+    """Stand-in for ``flux.cli.main.main``."""
+
+
+fluxctl.add_command(partition)
+fluxctl.add_command(rebalance)
+
+
+def run(bootstrap: str, *args: str) -> Result:
+    result = CliRunner().invoke(fluxctl, [*args, "--bootstrap", bootstrap])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _replicas(node, topic: str) -> dict[int, list[int]]:
+    return {p["partition_index"]: p["replica_nodes"] for p in partitions(node, topic)}
+
+
+def test_rebalance_reassign_and_drain(cluster_factory, tmp_path: Path) -> None:
+    nodes = cluster_factory(4)
+    bootstrap = nodes[0].bootstrap_servers
+    # Six partitions on brokers 1-3 only; broker 4 holds nothing yet.
+    _create(nodes[0], "spread", [[1, 2], [2, 3], [3, 1], [1, 2], [2, 3], [3, 1]])
+    planned = json.loads(run(bootstrap, "rebalance", "--dry-run", "--json").output)
+    assert planned["errors"] == {} and planned["moves"]
+    assert all(4 in move["target"] for move in planned["moves"])
+    assert _replicas(nodes[0], "spread")[0] == [1, 2]  # a dry run moves nothing
+    run(bootstrap, "rebalance", "--wait", "--json")
+    counts = Counter(r for rs in _replicas(nodes[0], "spread").values() for r in rs)
+    assert counts == {1: 3, 2: 3, 3: 3, 4: 3}
+    assert json.loads(run(bootstrap, "partition", "reassignments", "--json").output) == {
+        "reassignments": []
+    }
+    # Kafka's plan format.
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": "spread", "partition": 0, "replicas": [4, 3]}]}
+        )  # fmt: skip
+    )
+    run(bootstrap, "partition", "reassign", "--plan", str(plan), "--wait")
+    assert _replicas(nodes[0], "spread")[0] == [4, 3]
+    # Drain broker 4: every replica moves off it.
+    run(bootstrap, "rebalance", "--exclude", "4", "--wait")
+    assert all(4 not in rs for rs in _replicas(nodes[0], "spread").values())
+    # A cancel with nothing running is refused with the broker's reason.
+    refused = CliRunner().invoke(fluxctl, ["partition", "cancel", "spread", "0",
+                                           "--bootstrap", bootstrap])  # fmt: skip
+    assert refused.exit_code == 1 and "reassign" in refused.output.lower()
