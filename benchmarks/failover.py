@@ -6,9 +6,18 @@ For each round it measures
 - broker failover: SIGKILL of a broker that leads partitions (not the active controller) until
   the metadata shows new leaders for all of them (election) and until an unmodified
   confluent-kafka producer has delivered a record to each of them (produce resume).
+- steady producer (``--steady-seconds`` > 0): an idempotent ``acks=all`` confluent-kafka
+  producer writes ``STEADY_RATE`` records/s round-robin over the partitions while a node is
+  SIGKILLed, once a partition leader that is not the active controller (``leader_kill``) and
+  once the node of the active controller (``controller_kill``; every node is controller and
+  broker, so it leads partitions too): the time from the SIGKILL to the first acknowledged
+  record, sent after the kill, on every partition the victim led (``first_ack_s``), and the
+  longest stretch without any acknowledgement from one second before the kill to the end of
+  the window (``longest_gap_s``).
 The killed node is restarted and waited for between rounds. Prints one JSON object.
 
     python benchmarks/failover.py [--rounds 3] [--session-timeout-ms 3000]
+        [--steady-seconds 10]
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -35,6 +45,8 @@ from tests.integration.cluster_helpers import (  # noqa: E402
 
 POLL_S = 0.02
 TOPIC = "failover"
+#: Records per second of the steady producer.
+STEADY_RATE = 500
 
 
 def _wait(condition, timeout_s: float = 60.0):
@@ -68,9 +80,7 @@ def broker_failover(nodes: list[NodeProcess], topic: str) -> tuple[float, float]
     active = _wait(lambda: active_controller(nodes))
     survivor = active
     leaders = {p["partition_index"]: p["leader_id"] for p in partitions(survivor, topic)}
-    victim = next(
-        node for node in nodes if node is not active and node.node_id in leaders.values()
-    )
+    victim = next(node for node in nodes if node is not active and node.node_id in leaders.values())
     led = [index for index, leader in leaders.items() if leader == victim.node_id]
     producer = Producer(
         {
@@ -110,6 +120,74 @@ def broker_failover(nodes: list[NodeProcess], topic: str) -> tuple[float, float]
     return election, resume
 
 
+def steady_failover(
+    nodes: list[NodeProcess], topic: str, victim_kind: str, seconds: float
+) -> tuple[float, float]:
+    """``(first_ack_s, longest_gap_s)`` of one SIGKILL under a steady acks=all producer (see
+    the module docstring)."""
+    from confluent_kafka import Producer
+
+    active = _wait(lambda: active_controller(nodes))
+    leaders = {p["partition_index"]: p["leader_id"] for p in partitions(active, topic)}
+    if victim_kind == "controller":
+        victim = active
+    else:
+        victim = next(n for n in nodes if n is not active and n.node_id in leaders.values())
+    observer = next(node for node in nodes if node is not victim)
+    led = [index for index, leader in leaders.items() if leader == victim.node_id]
+    producer = Producer(
+        {
+            "bootstrap.servers": ",".join(node.bootstrap_servers for node in nodes),
+            "enable.idempotence": True,
+            "linger.ms": 1,
+            "message.timeout.ms": 60000,
+            "retry.backoff.ms": 20,
+            "retry.backoff.max.ms": 100,
+            "topic.metadata.refresh.fast.interval.ms": 50,
+        }
+    )
+    acks: list[tuple[float, int, float]] = []  # (acknowledged at, partition, sent at)
+    stop = threading.Event()
+
+    def write() -> None:
+        number = 0
+        while not stop.is_set():
+            sent = time.monotonic()
+            producer.produce(
+                topic,
+                value=b"steady",
+                partition=number % len(leaders),
+                on_delivery=lambda error, msg, sent=sent: (
+                    acks.append((time.monotonic(), msg.partition(), sent))
+                    if error is None
+                    else None
+                ),
+            )
+            number += 1
+            producer.poll(0)
+            time.sleep(1 / STEADY_RATE)
+        producer.flush(60)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        time.sleep(2.0)  # steady before the kill
+        victim.kill()
+        killed = time.monotonic()
+        time.sleep(seconds)
+    finally:
+        stop.set()
+        writer.join(90)
+    first = []
+    for index in led:
+        after = [at for at, partition, sent in acks if partition == index and sent >= killed]
+        first.append(min(after) - killed if after else float("inf"))
+    times = sorted(at for at, _p, _s in acks if at >= killed - 1.0)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    _restart_and_rebalance(victim, observer, topic)
+    return max(first, default=0.0), max(gaps, default=float("inf"))
+
+
 def _restart_and_rebalance(victim: NodeProcess, observer: NodeProcess, topic: str) -> None:
     """Restart ``victim`` and wait until it is back in every ISR and leads its preferred
     partitions again, so each round starts from the same balanced cluster."""
@@ -137,6 +215,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--session-timeout-ms", type=int, default=3000)
+    parser.add_argument(
+        "--steady-seconds", type=float, default=10.0, help="0: no steady-producer rounds"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="flux-failover-") as workdir:
         nodes = local_cluster_configs(
@@ -155,11 +236,23 @@ def main() -> int:
             topic = TOPIC
             assert create_topic(nodes[0], topic, 6, 3)["error_code"] == 0
             controller_times, election_times, resume_times = [], [], []
+            steady: dict[str, dict[str, list[float]]] = {
+                kind: {"first_ack_s": [], "longest_gap_s": []}
+                for kind in ("leader_kill", "controller_kill")
+            }
             for _ in range(args.rounds):
                 controller_times.append(controller_failover(nodes))
                 election, resume = broker_failover(nodes, topic)
                 election_times.append(election)
                 resume_times.append(resume)
+                if args.steady_seconds > 0:
+                    for kind, victim in (
+                        ("leader_kill", "leader"),
+                        ("controller_kill", "controller"),
+                    ):
+                        first, gap = steady_failover(nodes, topic, victim, args.steady_seconds)
+                        steady[kind]["first_ack_s"].append(first)
+                        steady[kind]["longest_gap_s"].append(gap)
         finally:
             for node in nodes:
                 node.stop()
@@ -173,6 +266,20 @@ def main() -> int:
                 "controller_failover_to_topic_creation": _summary(controller_times),
                 "broker_kill_to_new_leaders": _summary(election_times),
                 "broker_kill_to_first_produce_on_every_led_partition": _summary(resume_times),
+                **(
+                    {
+                        "steady_producer": {
+                            "rate_per_s": STEADY_RATE,
+                            "acks": "all",
+                            **{
+                                kind: {name: _summary(values) for name, values in figures.items()}
+                                for kind, figures in steady.items()
+                            },
+                        }
+                    }
+                    if args.steady_seconds > 0
+                    else {}
+                ),
             },
             indent=2,
         )

@@ -42,9 +42,14 @@ def test_replicated_produce_benchmark_prints_json() -> None:
 
 
 def test_failover_benchmark_prints_json() -> None:
-    figures = _run("failover.py", "--rounds", "1")
+    figures = _run("failover.py", "--rounds", "1", "--steady-seconds", "4")
     assert len(figures["broker_kill_to_new_leaders"]["runs_s"]) == 1
     assert figures["controller_failover_to_topic_creation"]["median_s"] > 0
+    for kind in ("leader_kill", "controller_kill"):
+        steady = figures["steady_producer"][kind]
+        # Produce resumed on every partition the victim led (infinite: it never did).
+        assert 0 < steady["first_ack_s"]["median_s"] < 60
+        assert 0 < steady["longest_gap_s"]["median_s"] < 60
 
 
 def test_sdk_benchmark_prints_json() -> None:
