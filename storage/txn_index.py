@@ -59,6 +59,15 @@ class AbortedTxn:
     last_offset: int
     last_stable_offset: int
 
+    @classmethod
+    def ended(
+        cls, producer_id: int, first_offset: int, last_offset: int, first_unstable: int | None
+    ) -> AbortedTxn:
+        """The entry of an abort marked at ``last_offset``; ``first_unstable``: the first
+        offset of the oldest transaction still open after it (None: none is)."""
+        stable = last_offset + 1 if first_unstable is None else first_unstable
+        return cls(producer_id, first_offset, last_offset, stable)
+
 
 class AbortedTxnIndex:
     """The aborted transactions of one log, ascending by ``last_offset``; on disk when it has

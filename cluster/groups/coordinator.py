@@ -648,38 +648,9 @@ class GroupCoordinator:
                     group_instance_id=body.get("group_instance_id"),
                     now_ms=_now_ms(),
                 )
-        now = _now_ms()
-        results: dict[tuple[str, int], ErrorCode] = {}
-        records = []
-        for topic in body["topics"]:
-            for item in topic["partitions"]:
-                key = (topic["name"], item["partition_index"])
-                metadata = item.get("committed_metadata")
-                if error != ErrorCode.NONE:
-                    results[key] = error
-                elif metadata is not None and len(metadata) > MAX_METADATA_LENGTH:
-                    results[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                else:
-                    records.append(
-                        offset_commit_record(
-                            group_id,
-                            key[0],
-                            key[1],
-                            item["committed_offset"],
-                            item.get("committed_leader_epoch", -1),
-                            metadata,
-                            now,
-                        )  # fmt: skip
-                    )
-                    results[key] = ErrorCode.NONE
-        if records:
-            written = await self._write(group_id, records)
-            if written != ErrorCode.NONE:
-                results = {k: (written if v == ErrorCode.NONE else v) for k, v in results.items()}
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (name, index), code in results.items():
-            by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
-        return {"topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
+        records, results = _plan_commit(group_id, body["topics"], error)
+        written = await self._write(group_id, records) if records else ErrorCode.NONE
+        return _commit_answer(results, written)
 
     async def txn_commit_offsets(self, body: dict[str, Any]) -> dict[str, Any]:
         """TxnOffsetCommit: the offsets are written to the group's offsets partition in a
@@ -706,41 +677,15 @@ class GroupCoordinator:
             )
             if checked != ErrorCode.NONE:
                 owner = checked
-        now = _now_ms()
-        results: dict[tuple[str, int], ErrorCode] = {}
-        records: Records = []
-        for topic in body["topics"]:
-            for item in topic["partitions"]:
-                key = (topic["name"], item["partition_index"])
-                metadata = item.get("committed_metadata")
-                if isinstance(owner, ErrorCode):
-                    results[key] = owner
-                elif metadata is not None and len(metadata) > MAX_METADATA_LENGTH:
-                    results[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                else:
-                    records.append(
-                        offset_commit_record(
-                            group_id,
-                            key[0],
-                            key[1],
-                            item["committed_offset"],
-                            item.get("committed_leader_epoch", -1),
-                            metadata,
-                            now,
-                        )  # fmt: skip
-                    )
-                    results[key] = ErrorCode.NONE
+        error = owner if isinstance(owner, ErrorCode) else ErrorCode.NONE
+        records, results = _plan_commit(group_id, body["topics"], error)
+        written = ErrorCode.NONE
         if records and not isinstance(owner, ErrorCode):
             partition, _state = owner
             written = await self._append_transactional(
                 partition, producer_id, producer_epoch, records
             )
-            if written != ErrorCode.NONE:
-                results = {k: (written if v == ErrorCode.NONE else v) for k, v in results.items()}
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (name, index), code in results.items():
-            by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
-        return {"topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
+        return _commit_answer(results, written)
 
     async def _append_transactional(
         self, partition: Partition, producer_id: int, producer_epoch: int, records: Records
@@ -989,6 +934,48 @@ def _join_error(member_id: str, error: ErrorCode) -> dict[str, Any]:
     from .state import join_error_response
 
     return join_error_response(member_id, error)
+
+
+def _plan_commit(
+    group_id: str, topics: list[dict[str, Any]], error: ErrorCode
+) -> tuple[Records, dict[tuple[str, int], ErrorCode]]:
+    """The offset-commit records of an OffsetCommit / TxnOffsetCommit request, and each
+    partition's result so far (``error`` for all when the request is refused)."""
+    now = _now_ms()
+    results: dict[tuple[str, int], ErrorCode] = {}
+    records: Records = []
+    for topic in topics:
+        for item in topic["partitions"]:
+            key = (topic["name"], item["partition_index"])
+            metadata = item.get("committed_metadata")
+            if error != ErrorCode.NONE:
+                results[key] = error
+            elif metadata is not None and len(metadata) > MAX_METADATA_LENGTH:
+                results[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                records.append(
+                    offset_commit_record(
+                        group_id,
+                        key[0],
+                        key[1],
+                        item["committed_offset"],
+                        item.get("committed_leader_epoch", -1),
+                        metadata,
+                        now,
+                    )  # fmt: skip
+                )
+                results[key] = ErrorCode.NONE
+    return records, results
+
+
+def _commit_answer(results: dict[tuple[str, int], ErrorCode], written: ErrorCode) -> dict[str, Any]:
+    """The per-topic answer; a failed write turns every planned partition's NONE into it."""
+    if written != ErrorCode.NONE:
+        results = {k: (written if v == ErrorCode.NONE else v) for k, v in results.items()}
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (name, index), code in results.items():
+        by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
+    return {"topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
 
 
 def _control_type(batch: bytes | memoryview) -> int | None:

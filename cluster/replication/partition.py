@@ -418,13 +418,12 @@ class Partition:
 
     def index_abort(self, completed: CompletedTxn) -> None:
         """Add an aborted transaction to the log's index (``storage.txn_index``)."""
-        first_unstable = self.producers.first_unstable_offset()
         self.log.txn_index.append(
-            AbortedTxn(
+            AbortedTxn.ended(
                 completed.producer_id,
                 completed.first_offset,
                 completed.last_offset,
-                completed.last_offset + 1 if first_unstable is None else first_unstable,
+                self.producers.first_unstable_offset(),
             )
         )
 

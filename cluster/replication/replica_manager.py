@@ -437,13 +437,12 @@ class ReplicaManager:
 
         def aborted(completed: CompletedTxn) -> None:
             if completed.is_aborted:
-                first_unstable = producers.first_unstable_offset()
                 txn_index.append(
-                    AbortedTxn(
+                    AbortedTxn.ended(
                         completed.producer_id,
                         completed.first_offset,
                         completed.last_offset,
-                        completed.last_offset + 1 if first_unstable is None else first_unstable,
+                        producers.first_unstable_offset(),
                     )
                 )
 
@@ -850,8 +849,10 @@ def _rebuild_txn_index(partition_log: PartitionLog | MemoryLog) -> int:
             continue
         first = ongoing.pop(info.producer_id, info.base_offset)
         if _stored_control_type(partition_log, info) == ABORT:
-            stable = min(ongoing.values(), default=info.last_offset + 1)
-            index.append(AbortedTxn(info.producer_id, first, info.last_offset, stable))
+            first_unstable = min(ongoing.values(), default=None)
+            index.append(
+                AbortedTxn.ended(info.producer_id, first, info.last_offset, first_unstable)
+            )
             found += 1
     return found
 
