@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from tests.integration.cluster_helpers import create_topic
+from tests.integration.cluster_helpers import create_topic, partitions
 from tests.integration.helpers import wait_until
 
 pytestmark = pytest.mark.integration
@@ -336,6 +336,9 @@ def test_aborted_transactions_stay_hidden_after_a_whole_cluster_crash(cluster_fa
         node.wait_ready(60)
     wait_until(lambda: sorted(_read_all(bootstrap, {"tx-crash": 2}, "read_committed")) == before)
     # Every node holds the index again, rebuilt from its log (each may lead after a failover).
+    # The nodes came back one by one, so the ISR may still be only the first to return: wait
+    # for every replica to rejoin it, or killing two nodes would leave no clean leader.
+    wait_until(lambda: all(len(p["isr_nodes"]) == 3 for p in partitions(nodes[0], "tx-crash")), 60)
     nodes[1].kill()
     nodes[2].kill()
     nodes[1].start()

@@ -61,10 +61,12 @@ class FluxCluster:
         return next(node for node in self.nodes if node.node_id == leader)
 
     def read_all(self, topic: str, expected: int, timeout_s: float = 60.0) -> list[Any]:
-        """Every record of ``topic`` (waiting until at least ``expected`` arrived), plus a
-        short grace period that would reveal duplicates written late."""
+        """Every committed record of ``topic`` (waiting until at least ``expected`` arrived),
+        plus a short grace period that would reveal duplicates written late. Read
+        ``read_committed``: the streaming sink writes each micro-batch in a transaction, and
+        what an aborted attempt wrote is not output."""
         records: list[Any] = []
-        with Consumer(self.bootstrap, read_old=True) as consumer:
+        with Consumer(self.bootstrap, read_old=True, isolation_level="read_committed") as consumer:
             with Admin(self.bootstrap) as admin:
                 count = len(admin.describe_topic(topic).partitions)
             consumer.assign([(topic, p) for p in range(count)])
