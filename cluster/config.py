@@ -360,6 +360,12 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "voters": _Key((), _voters, "quorum voters as id@host:raft_port:http_port"),
         "secret": _Key("", _str(), "cluster shared secret for the Raft transport"),
         "session_timeout_ms": _Key(3000, _int(100), "broker.session.timeout.ms: fence after"),
+        "liveness_probe_after_ms": _Key(
+            1000,
+            _int(0),
+            "probe a broker whose heartbeats are this late; a refused connection fences it at"
+            " once (0: off)",
+        ),
         "preferred_leader_election_delay_ms": _Key(
             5000, _int(0), "how long a preferred leader must be electable before it is restored"
         ),

@@ -132,6 +132,7 @@ class Node:
                 data_dir=config.data_dir / "controller",
                 secret=controller.secret,
                 session_timeout_ms=controller.session_timeout_ms,
+                liveness_probe_after_ms=controller.liveness_probe_after_ms,
                 metadata_deltas_max=controller.metadata_deltas_max,
                 preferred_leader_election_delay_ms=controller.preferred_leader_election_delay_ms,
                 default_partitions=config.topic.partitions,
@@ -263,6 +264,7 @@ class Node:
             incarnation_id=self.lifecycle.incarnation_id,
             internal=self.internal,
         )
+        self.fetchers.on_leader_lost = self.lifecycle.report_unreachable
         await self.lifecycle.start()
         replicas.start_background_tasks()
         self.isr = IsrManager(

@@ -17,6 +17,8 @@ HTTP API (JSON bodies; every answer carries ``error_code`` and ``error_message``
 ==========================================  ==================================================
 ``POST /controller/brokers/register``       register a broker incarnation (starts fenced)
 ``POST /controller/brokers/heartbeat``      keep the session; unfences a caught-up broker
+``POST /controller/brokers/unreachable``    a broker's replication connection to another broke:
+                                            probe that one now (``flux.controller.liveness``)
 ``GET  /controller/metadata``               ``?version=N&wait_ms=M[&deltas=1]``: once newer than
                                             N, the image, or with ``deltas=1`` the records
                                             since N (the image when N is too old)
@@ -53,6 +55,7 @@ from flux.protocol.errors import ErrorCode
 from . import handlers, security
 from .handlers import ControllerResult
 from .image import MetadataImage
+from .liveness import LivenessProber, ProbeTarget
 from .quorum import MetadataQuorum, NotControllerError, ProposalTimeoutError
 
 __all__ = ["ControllerService", "ControllerSettings", "VoterAddress"]
@@ -83,6 +86,8 @@ class ControllerSettings:
     data_dir: Path
     secret: str
     session_timeout_ms: int = 3000
+    #: Probe a broker whose heartbeats are this late (0: never probe; see liveness.py).
+    liveness_probe_after_ms: int = 1000
     metadata_deltas_max: int = 10_000
     preferred_leader_election_delay_ms: int = 5000
     default_partitions: int = 1
@@ -129,6 +134,7 @@ class ControllerService:
         self._imbalance_image: MetadataImage | None = None
         self._imbalance: frozenset[tuple[str, int]] = frozenset()
         self._tasks: list[asyncio.Task[None]] = []
+        self._prober = LivenessProber(self._fence_dead_broker)
         self.http_port = settings.http_port
         self._stopping = False
 
@@ -162,6 +168,7 @@ class ControllerService:
             [
                 web.post("/controller/brokers/register", self._json(self._register)),
                 web.post("/controller/brokers/heartbeat", self._json(self._heartbeat)),
+                web.post("/controller/brokers/unreachable", self._json(self._unreachable)),
                 web.get("/controller/metadata", self._metadata),
                 web.post("/controller/topics", self._json(self._create_topic)),
                 web.delete("/controller/topics/{name}", self._json(self._delete_topic)),
@@ -213,6 +220,7 @@ class ControllerService:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._prober.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._quorum is not None:
@@ -249,7 +257,13 @@ class ControllerService:
         # broker a full session timeout before it may fence anyone.
         self._sessions.clear()
         self._electable_since.clear()
+        self._prober.forget()
         log.info("controller %d is %s", self.settings.node_id, "active" if is_leader else "standby")
+        if is_leader:
+            # The previous active controller may have died with its node's broker: find out
+            # now instead of a whole session timeout from now (liveness.py).
+            for broker_id in self.image.live_broker_ids():
+                self._request_probe(broker_id, "a new active controller checks every broker")
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -380,6 +394,62 @@ class ControllerService:
             session.deadline = self._deadline()
         return {**result.response, "version": image.version}
 
+    async def _unreachable(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        reporter = _int_field(body, "reporter_id")
+        broker_id = _int_field(body, "broker_id")
+        if not self.is_active:
+            raise _NotController()
+        probing = self._request_probe(
+            broker_id,
+            f"broker {reporter} lost its connection to it",
+            incarnation_id=body.get("incarnation_id"),
+        )
+        return {"error_code": 0, "error_message": None, "probing": probing}
+
+    def _request_probe(self, broker_id: int, reason: str, *, incarnation_id: Any = None) -> bool:
+        """Probe the live broker ``broker_id`` (the incarnation named, if one is)."""
+        if self.settings.liveness_probe_after_ms <= 0:
+            return False
+        registration = self.image.brokers.get(broker_id)
+        if registration is None or registration.fenced:
+            return False
+        if incarnation_id is not None and incarnation_id != registration.incarnation_id:
+            return False
+        return self._prober.request(
+            ProbeTarget(
+                broker_id,
+                registration.incarnation_id,
+                registration.http_host,
+                registration.http_port,
+            ),
+            reason,
+        )
+
+    async def _fence_dead_broker(self, target: ProbeTarget, reason: str) -> None:
+        """Fence ``target`` (a refused probe) if that incarnation is still the live one."""
+
+        def still_live(image: MetadataImage) -> bool:
+            registration = image.brokers.get(target.broker_id)
+            return (
+                registration is not None
+                and not registration.fenced
+                and registration.incarnation_id == target.incarnation_id
+            )
+
+        if not self.is_active or not still_live(self.image):
+            return
+        log.warning("broker %d is gone (%s): fencing it", target.broker_id, reason)
+        await self._write(
+            lambda image: ControllerResult(
+                records=handlers.fence_brokers(
+                    image,
+                    [target.broker_id] if still_live(image) else [],
+                    default_min_isr=self.settings.default_min_insync_replicas,
+                ),
+                response={"error_code": 0, "error_message": None},
+            )
+        )
+
     def _deadline(self) -> float:
         return time.monotonic() + self.settings.session_timeout_ms / 1000
 
@@ -409,6 +479,8 @@ class ControllerService:
 
     async def _fence_expired_brokers(self) -> None:
         now = time.monotonic()
+        session_s = self.settings.session_timeout_ms / 1000
+        probe_after_s = self.settings.liveness_probe_after_ms / 1000
         expired = []
         for broker_id in self.image.live_broker_ids():
             registration = self.image.brokers[broker_id]
@@ -420,6 +492,9 @@ class ControllerService:
                 continue
             if now >= session.deadline:
                 expired.append(broker_id)
+            elif probe_after_s > 0 and now >= session.deadline - session_s + probe_after_s:
+                late_ms = (now - session.deadline + session_s) * 1000
+                self._request_probe(broker_id, f"its heartbeats are {late_ms:.0f} ms late")
         if not expired:
             return
         log.warning(

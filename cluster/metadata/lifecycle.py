@@ -53,6 +53,8 @@ METADATA_WAIT_MS = 5000
 #: ControllerService._wait_sessions_confirmed).
 REGISTER_ATTEMPT_TIMEOUT_S = 15.0
 RETRY_PAUSE_S = 0.2
+#: How long a report of an unreachable broker is retried (a controller failover included).
+REPORT_TIMEOUT_S = 3.0
 #: Backoff between registration attempts while no controller is active.
 REGISTER_BACKOFF_MAX_S = 5.0
 #: How often a broker waiting for its quorum says so in its log.
@@ -108,6 +110,7 @@ class BrokerLifecycle:
         self.stale = False
         self.controller_id: int | None = None  # the active controller, as last reported
         self._tasks: list[asyncio.Task[None]] = []
+        self._reports: set[asyncio.Task[None]] = set()
         self._image_applied = asyncio.Event()
         replicas.add_image_listener(self._on_image)
 
@@ -121,9 +124,9 @@ class BrokerLifecycle:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._reports]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._reports, return_exceptions=True)
 
     def _set_state(self, state: str) -> None:
         if state == self.state:
@@ -202,6 +205,29 @@ class BrokerLifecycle:
             else:
                 last_logged = float("-inf")
             await asyncio.sleep(interval_s)
+
+    def report_unreachable(self, broker_id: int, incarnation_id: str) -> None:
+        """Tell the active controller that our connection to ``broker_id`` broke (it probes
+        that broker and fences it at once if its process is gone; see controller.liveness)."""
+        task = asyncio.create_task(self._report_unreachable(broker_id, incarnation_id))
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _report_unreachable(self, broker_id: int, incarnation_id: str) -> None:
+        try:
+            await self._client.write(
+                "POST",
+                "/controller/brokers/unreachable",
+                {
+                    "reporter_id": self.broker_id,
+                    "broker_id": broker_id,
+                    "incarnation_id": incarnation_id,
+                },
+                timeout_s=REPORT_TIMEOUT_S,
+            )
+        except ControllerUnavailableError as error:
+            # No active controller: a new one probes every broker when it takes over.
+            log.debug("report of broker %d not delivered: %s", broker_id, error)
 
     async def _on_heartbeat_answer(self, answer: dict[str, Any]) -> None:
         code = answer.get("error_code", 0)

@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -58,6 +60,8 @@ ERROR_BACKOFF_S = 0.1
 MAX_ERROR_BACKOFF_S = 1.0
 #: ``stop`` waits this long for the fetcher tasks, then leaves them (the process is exiting).
 STOP_TIMEOUT_S = 5.0
+#: A leader whose connection keeps breaking is reported at most this often.
+REPORT_INTERVAL_S = 0.5
 
 TopicPartition = tuple[str, int]
 #: What the leader's session holds for a partition: topic id, fetch offset, last fetched
@@ -88,6 +92,11 @@ class ReplicaFetcherManager:
         self._links: dict[int, _LeaderLink] = {}
         self._client: aiohttp.ClientSession | None = None
         self.stopping = False
+        #: Called with (leader id, its incarnation) when the connection to a leader breaks or
+        #: is refused: the node tells the controller, which probes that broker at once
+        #: (``flux.controller.liveness``) instead of waiting for its session to end.
+        self.on_leader_lost: Callable[[int, str], None] | None = None
+        self._reported: dict[tuple[int, str], float] = {}
         replicas.add_image_listener(self._on_image)
 
     @property
@@ -132,6 +141,15 @@ class ReplicaFetcherManager:
                 log.warning(
                     "%d replica fetchers did not stop in %.0f s", len(pending), STOP_TIMEOUT_S
                 )
+
+    def leader_lost(self, leader: int, incarnation_id: str) -> None:
+        if self.on_leader_lost is None or self.stopping:
+            return
+        now = time.monotonic()
+        if now - self._reported.get((leader, incarnation_id), float("-inf")) < REPORT_INTERVAL_S:
+            return
+        self._reported[(leader, incarnation_id)] = now
+        self.on_leader_lost(leader, incarnation_id)
 
     def batched_epoch_writes(self) -> contextlib.AbstractContextManager[None]:
         """One LMDB transaction for the leader epochs that one fetch answer starts."""
@@ -216,6 +234,12 @@ class _LeaderLink:
                 raise
             except (aiohttp.ClientError, TimeoutError, OSError, ReplicationWireError) as error:
                 log.debug("replication session with broker %d failed: %r", self.leader, error)
+                if not isinstance(error, TimeoutError) and (
+                    isinstance(error, _LeaderClosedError)
+                    or not isinstance(error, ReplicationWireError)
+                ):
+                    # Broken or refused (a timeout says nothing: the leader may be busy).
+                    self._manager.leader_lost(self.leader, registration.incarnation_id)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_ERROR_BACKOFF_S)
             except Exception:
