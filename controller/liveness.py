@@ -40,6 +40,10 @@ log = logging.getLogger("flux.controller.liveness")
 PROBE_TIMEOUT_S = 0.5
 #: A broker is probed at most this often (a report storm from many followers is one probe).
 MIN_PROBE_INTERVAL_S = 0.2
+#: Pauses before a second and a third connect when one is accepted. A process being killed
+#: closes its connections (its followers report at once) a moment before its listening
+#: socket, so a probe sent on a report can still be accepted.
+RETRY_PAUSES_S = (0.05, 0.2)
 
 
 @dataclass(frozen=True)
@@ -96,13 +100,17 @@ class LivenessProber:
         return True
 
     async def _run(self, target: ProbeTarget, reason: str) -> None:
-        self.probes += 1
-        try:
-            refused = await self._probe(target.host, target.port)
-        except Exception:
-            log.exception("probing broker %d failed", target.broker_id)
-            return
-        if not refused:
+        for pause_s in (0.0, *RETRY_PAUSES_S):
+            await asyncio.sleep(pause_s)
+            self.probes += 1
+            try:
+                refused = await self._probe(target.host, target.port)
+            except Exception:
+                log.exception("probing broker %d failed", target.broker_id)
+                return
+            if refused:
+                break
+        else:
             log.debug("broker %d answers on %s:%d", target.broker_id, target.host, target.port)
             return
         self.refused += 1

@@ -16,6 +16,14 @@ from .common import _ZERO_UUID, KafkaApisBase, log
 __all__ = ["MetadataApis"]
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+#: A fenced broker stays in Metadata answers' broker list this long after it was fenced.
+#: librdkafka (confluent-kafka) decommissions a broker that leaves the list, and when that
+#: happens in the same answer that moves its partitions to new leaders, the decommissioning
+#: hands those partitions back to no broker: they wait for the client's next 1 s scan
+#: (measured: the first acknowledged record after a leader's SIGKILL at 2.0 s instead of
+#: 1.0 s). Listed a little longer, the broker leaves in a later answer, once no partition
+#: points at it. Kafka drops it at once; DescribeCluster here does too (live brokers only).
+FENCED_LISTED_S = 15.0
 
 
 class MetadataApis(KafkaApisBase):
@@ -24,10 +32,17 @@ class MetadataApis(KafkaApisBase):
 
     # -- Metadata, DescribeCluster ------------------------------------------------------------
 
-    def _live_brokers(self, listener: str) -> list[dict[str, Any]]:
+    def _live_brokers(
+        self, listener: str, *, recently_fenced: bool = False
+    ) -> list[dict[str, Any]]:
+        """Live (unfenced) brokers; with ``recently_fenced``, also those fenced in the last
+        ``FENCED_LISTED_S`` (what Metadata answers: see FENCED_LISTED_S)."""
         image = self._image
         brokers = []
-        for broker_id in image.live_broker_ids():
+        listed = set(image.live_broker_ids())
+        if recently_fenced:
+            listed |= self._lifecycle.recently_fenced(FENCED_LISTED_S) & set(image.brokers)
+        for broker_id in sorted(listed):
             registration = image.brokers[broker_id]
             host, port = registration.endpoint(listener)
             brokers.append(
@@ -62,7 +77,7 @@ class MetadataApis(KafkaApisBase):
             await self._auto_create([name for name, _ in names if name])
         return {
             "throttle_time_ms": 0,
-            "brokers": self._live_brokers(listener),
+            "brokers": self._live_brokers(listener, recently_fenced=True),
             "cluster_id": self._config.node.cluster_id,
             "controller_id": self._controller_id(),
             "topics": [self._topic_metadata(name, topic_id) for name, topic_id in names],

@@ -111,6 +111,8 @@ class BrokerLifecycle:
         self.controller_id: int | None = None  # the active controller, as last reported
         self._tasks: list[asyncio.Task[None]] = []
         self._reports: set[asyncio.Task[None]] = set()
+        #: (broker id, incarnation) of each fenced broker -> when this broker saw it fenced.
+        self._fenced_since: dict[tuple[int, str], float] = {}
         self._image_applied = asyncio.Event()
         replicas.add_image_listener(self._on_image)
 
@@ -305,8 +307,20 @@ class BrokerLifecycle:
             self._set_state("ready")
 
     def _on_image(self, image: MetadataImage) -> None:
+        now = time.monotonic()
+        fenced = {
+            (broker.broker_id, broker.incarnation_id)
+            for broker in image.brokers.values()
+            if broker.fenced
+        }
+        self._fenced_since = {key: self._fenced_since.get(key, now) for key in fenced}
         self._image_applied.set()
         self._image_applied = asyncio.Event()
+
+    def recently_fenced(self, within_s: float) -> set[int]:
+        """Ids of brokers fenced no longer than ``within_s`` ago (as this broker saw it)."""
+        now = time.monotonic()
+        return {key[0] for key, since in self._fenced_since.items() if now - since < within_s}
 
     async def wait_for_version(self, version: int, timeout_s: float) -> bool:
         """Wait until this broker applied metadata ``version`` (e.g. after a write it forwarded)."""

@@ -51,7 +51,9 @@ def partitions(node: NodeProcess, topic: str) -> list[dict[str, Any]]:
     return sorted(entry["partitions"], key=lambda p: p["partition_index"])
 
 
-def create_topic(node: NodeProcess, name: str, partitions: int, replication_factor: int, **configs: str) -> dict[str, Any]:
+def create_topic(
+    node: NodeProcess, name: str, partitions: int, replication_factor: int, **configs: str
+) -> dict[str, Any]:
     with KafkaConnection.from_bootstrap(node.bootstrap_servers, timeout_s=15) as conn:
         answer = conn.request(
             ApiKey.CREATE_TOPICS,
@@ -62,7 +64,9 @@ def create_topic(node: NodeProcess, name: str, partitions: int, replication_fact
                         "name": name,
                         "num_partitions": partitions,
                         "replication_factor": replication_factor,
-                        "configs": [{"name": k.replace("_", "."), "value": v} for k, v in configs.items()],
+                        "configs": [
+                            {"name": k.replace("_", "."), "value": v} for k, v in configs.items()
+                        ],
                     }
                 ],
                 "timeout_ms": 10000,
@@ -72,4 +76,10 @@ def create_topic(node: NodeProcess, name: str, partitions: int, replication_fact
 
 
 def live_brokers(node: NodeProcess) -> list[int]:
-    return sorted(broker["node_id"] for broker in metadata(node, [])["brokers"])
+    """Registered, unfenced brokers, as DescribeCluster answers (Metadata also lists brokers
+    fenced in the last few seconds: see flux.cluster.kafka.metadata.FENCED_LISTED_S)."""
+    with KafkaConnection.from_bootstrap(node.bootstrap_servers, timeout_s=5) as conn:
+        answer = conn.request(
+            ApiKey.DESCRIBE_CLUSTER, 0, {"include_cluster_authorized_operations": False}
+        )
+    return sorted(broker["broker_id"] for broker in answer["brokers"])

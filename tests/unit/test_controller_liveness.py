@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from flux.controller.liveness import MIN_PROBE_INTERVAL_S, LivenessProber, ProbeTarget, port_refuses
+from flux.controller.liveness import (
+    MIN_PROBE_INTERVAL_S,
+    RETRY_PAUSES_S,
+    LivenessProber,
+    ProbeTarget,
+    port_refuses,
+)
 
 
 def _closed_port() -> int:
@@ -74,11 +80,32 @@ def test_an_answering_broker_is_not_reported() -> None:
     async def scenario() -> int:
         prober = LivenessProber(on_dead, probe=answers)
         prober.request(_target(), "late heartbeats")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(sum(RETRY_PAUSES_S) + 0.1)
         return prober.probes
 
-    assert asyncio.run(scenario()) == 1
+    assert asyncio.run(scenario()) == 1 + len(RETRY_PAUSES_S)  # accepted each time
     assert dead == []
+
+
+def test_a_probe_accepted_while_the_process_dies_is_tried_again() -> None:
+    """The listening socket closes a moment after the connections a follower saw break."""
+    answers = iter([False, True])
+    dead: list[ProbeTarget] = []
+
+    async def on_dead(target: ProbeTarget, reason: str) -> None:
+        dead.append(target)
+
+    async def dying(host: str, port: int) -> bool:
+        return next(answers)
+
+    async def scenario() -> int:
+        prober = LivenessProber(on_dead, probe=dying)
+        prober.request(_target(), "broker 1 lost its connection to it")
+        await asyncio.sleep(RETRY_PAUSES_S[0] + 0.05)
+        return prober.probes
+
+    assert asyncio.run(scenario()) == 2
+    assert dead == [_target()]
 
 
 def test_probes_of_one_broker_are_coalesced_and_rate_limited() -> None:
@@ -87,10 +114,10 @@ def test_probes_of_one_broker_are_coalesced_and_rate_limited() -> None:
 
         async def slow(host: str, port: int) -> bool:
             await gate.wait()
-            return False
+            return True
 
         async def on_dead(target: ProbeTarget, reason: str) -> None:
-            raise AssertionError("not refused")
+            pass
 
         prober = LivenessProber(on_dead, probe=slow)
         answers = [prober.request(_target(2), "a")]
