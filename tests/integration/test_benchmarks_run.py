@@ -52,6 +52,12 @@ def test_failover_benchmark_prints_json() -> None:
         assert 0 < steady["longest_gap_s"]["median_s"] < 60
 
 
+def test_soak_fencing_benchmark_prints_json() -> None:
+    figures = _run("soak_fencing.py", "--minutes", "0.1", "--rate", "500", "--partitions", "6")
+    assert figures["acked"] > 0 and figures["failed"] == 0
+    assert figures["fenced"] == 0 and figures["all_nodes_running"]
+
+
 def test_sdk_benchmark_prints_json() -> None:
     figures = _run("sdk_produce.py", "--records", "20000")
     for path in (("flux-sdk", "produce"), ("flux-sdk", "send"), ("flux-sdk", "consume")):
