@@ -5,9 +5,11 @@ fluxctl node start --data-dir d --kafka-port 9092   the same without a file
 fluxctl cluster up [--nodes 1]              start a local cluster in the background
 fluxctl cluster up --secure                 the same with TLS, SASL, ACLs and an admin user
 fluxctl cluster status | down | kill N | restart N
+fluxctl cluster add-node | remove-node N     grow and shrink it (flux.cli.nodes)
 fluxctl cluster up --docker                 the same in containers (docker-compose.cluster.yml)
 fluxctl cluster partition N | heal --docker cut a node off the network and reconnect it
 fluxctl chaos run SCENARIO [--seed N] [--docker]  fault injection checked for anomalies
+fluxctl controller status | add --id N ... | remove N  the controller quorum (flux.cli.controller)
 fluxctl topic | group | user | acl | produce | consume  client commands (flux.cli.topic, ...)
 """
 
@@ -269,7 +271,8 @@ def _cluster_up_locked(
         click.echo(f"cluster already running in {root} (fluxctl cluster down stops it)", err=True)
         return
     tls = ClusterTls.in_directory(root / TLS_DIR) if secure else None
-    if state and len(state["nodes"]) == nodes:
+    # A cluster grown or shrunk by add-node / remove-node (flux.cli.nodes) restarts as recorded.
+    if state and (len(state["nodes"]) == nodes or state.get("membership_changed")):
         processes = [
             _process(entry["id"], root / f"node-{entry['id']}") for entry in state["nodes"]
         ]
@@ -721,7 +724,9 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
             node["http"] or "-",
             ",".join(node["roles"]),
             "healthy" if node["healthy"] else node["state"],
-            "active" if node["active_controller"] else "standby",
+            "active"
+            if node["active_controller"]
+            else ("standby" if "controller" in node["roles"] else "-"),
         )
     console = Console()
     if not console.is_terminal:
@@ -862,7 +867,9 @@ def _register_client_commands() -> None:
     from flux.cli.acl import acl
     from flux.cli.chaos import chaos
     from flux.cli.client_commands import consume, produce
+    from flux.cli.controller import controller
     from flux.cli.group import group
+    from flux.cli.nodes import add_node_command, remove_node_command
     from flux.cli.pipeline import pipeline
     from flux.cli.reassign import partition, rebalance
     from flux.cli.topic import topic
@@ -877,7 +884,10 @@ def _register_client_commands() -> None:
     main.add_command(chaos)
     main.add_command(pipeline)
     main.add_command(partition)
+    main.add_command(controller)
     cluster.add_command(rebalance)
+    cluster.add_command(add_node_command)
+    cluster.add_command(remove_node_command)
 
 
 _register_client_commands()

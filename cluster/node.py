@@ -144,6 +144,7 @@ class Node:
                 ),
                 ssl_context=self.internal.server_ssl,
                 middlewares=tuple(self.internal.middlewares()),
+                internal=self.internal,
             )
         )
         await self.controller.start()
@@ -152,8 +153,12 @@ class Node:
         config = self.config
         self.replicas = ReplicaManager(config)
         replicas = self.replicas
-        self._controller_client = ControllerClient(
+        self._controller_client = client = ControllerClient(
             [voter.http_address for voter in config.controller.voters], internal=self.internal
+        )
+        # Controllers added or removed at run time are in the metadata (quorum_changes.py).
+        replicas.add_image_listener(
+            lambda image: client.set_addresses([http for _id, _raft, http in image.quorum_voters])
         )
         # The HTTP port is registered with the controller; it is bound (below) before the
         # lifecycle starts, once every handler it serves exists.

@@ -53,6 +53,7 @@ from flux.controller.records import (
     RegisterSubscription,
     SubscriptionStateChange,
     SubscriptionWindowChange,
+    UnregisterBroker,
 )
 from flux.controller.topic_rules import (
     TOPIC_CONFIG_KEYS,
@@ -88,6 +89,7 @@ __all__ = [
     "register_subscription",
     "set_subscription_state",
     "unfence_broker",
+    "unregister_broker",
 ]
 
 # Limits checked by the handlers.
@@ -306,6 +308,79 @@ def broker_heartbeat(
             fenced=False,
         )
     return _ok(**fields, fenced=current.fenced)
+
+
+#: Partitions an ``unregister_broker`` refusal names (the rest are counted).
+_UNREGISTER_NAMED_PARTITIONS = 5
+
+
+def unregister_broker(
+    image: MetadataImage, *, broker_id: Any, voter_ids: Sequence[int] = ()
+) -> ControllerResult:
+    """Kafka's UnregisterBroker: remove broker ``broker_id``'s registration (the last step of
+    removing a broker, after draining and stopping it; see ``fluxctl cluster remove-node``).
+
+    Refused, in this order (the first that applies):
+
+    - ``POLICY_VIOLATION`` if the id is a controller voter (``voter_ids``): a combined node
+      leaves the quorum first (``fluxctl controller remove``);
+    - ``BROKER_ID_NOT_REGISTERED`` if no broker has the id;
+    - ``INVALID_REQUEST`` if the broker still holds a replica (in some partition's replicas,
+      adding or removing replicas, ISR or ELR): unregistering it would leave partitions
+      pointing at a broker nobody knows, so it must be drained first;
+    - ``INVALID_REQUEST`` if it is unfenced: a running broker would register again on its next
+      heartbeat (Kafka unregisters it anyway and lets it come back; refusing says why it would
+      not stick). A stopped broker is fenced within ``broker.session.timeout.ms``.
+
+    Partitions are untouched (none refers to the broker). The broker's config overrides stay,
+    as in Kafka: a broker registering later with the same id gets them back."""
+    try:
+        broker_id = _check_int(broker_id, "broker_id")
+    except _Rejected as rejected:
+        return _error(rejected.error_code, rejected.message)
+    fields: dict[str, Any] = {"broker_id": broker_id}
+    if broker_id in voter_ids:
+        return _error(
+            ErrorCode.POLICY_VIOLATION,
+            f"node {broker_id} is a controller voter: remove it from the quorum first "
+            f"(fluxctl controller remove {broker_id})",
+            **fields,
+        )
+    registration = image.brokers.get(broker_id)
+    if registration is None:
+        return _error(
+            ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered", **fields
+        )
+    held = _partitions_holding(image, broker_id)
+    if held:
+        named = ", ".join(held[:_UNREGISTER_NAMED_PARTITIONS])
+        more = len(held) - _UNREGISTER_NAMED_PARTITIONS
+        return _error(
+            ErrorCode.INVALID_REQUEST,
+            f"broker {broker_id} still holds replicas of {len(held)} partition(s) ({named}"
+            f"{f' and {more} more' if more > 0 else ''}): drain it first "
+            f"(fluxctl cluster remove-node {broker_id})",
+            **fields,
+        )
+    if not registration.fenced:
+        return _error(
+            ErrorCode.INVALID_REQUEST,
+            f"broker {broker_id} is running (unfenced): stop its process first, or it registers "
+            "again on its next heartbeat",
+            **fields,
+        )
+    record = UnregisterBroker(broker_id=broker_id, incarnation_id=registration.incarnation_id)
+    return _ok([record], **fields)
+
+
+def _partitions_holding(image: MetadataImage, broker_id: int) -> list[str]:
+    """``topic-partition`` of every partition that refers to ``broker_id`` in any role."""
+    return [
+        f"{name}-{index}"
+        for name, topic in image.topics.items()
+        for index, state in enumerate(topic.partitions)
+        if broker_id in (*state.replicas, *state.adding, *state.removing, *state.isr, *state.elr)
+    ]
 
 
 # -- topics -------------------------------------------------------------------------------
@@ -1132,6 +1207,14 @@ def _validate_broker_changes(resource_name: str, changes: Mapping[str, str | Non
                 f"broker config {key!r} must map to a string of at most "
                 f"{MAX_CONFIG_VALUE_LENGTH} characters",
             )
+        # The replication throttles (cluster/replication/throttle.py) are bytes per second.
+        if key.endswith(".throttled.rate") and value is not None:
+            if not value.isdigit() or int(value) < 1:
+                raise _Rejected(
+                    ErrorCode.INVALID_CONFIG,
+                    f"broker config {key!r} must be a positive number of bytes per second,"
+                    f" got {value!r}",
+                )
 
 
 def alter_configs(

@@ -36,6 +36,7 @@ from flux.controller.records import (
     PartitionChange,
     PartitionReassignment,
     PartitionSpec,
+    QuorumVoters,
     Record,
     RegisterBroker,
     RegisterSubscription,
@@ -43,6 +44,7 @@ from flux.controller.records import (
     SubscriptionStateChange,
     SubscriptionWindowChange,
     UnfenceBroker,
+    UnregisterBroker,
     UserScramCredential,
     record_from_dict,
     record_to_dict,
@@ -371,7 +373,9 @@ class MetadataImage:
     ``broker_configs`` maps a broker resource name (``"1"``, or ``""`` for the cluster default)
     to its sorted config pairs. ``scram_credentials`` maps ``(user, mechanism)`` to the record
     that set it (salted keys, never a password); ``acls`` holds each ACL binding as the
-    ``CreateAcl`` record that added it, keyed by ``acl_key``.
+    ``CreateAcl`` record that added it, keyed by ``acl_key``. ``quorum_voters`` is the
+    controller quorum's voters ``(node_id, raft_address, http_address)`` as of the last
+    membership change (``QuorumVoters``); empty until one: the config files' voters apply.
     """
 
     EMPTY: ClassVar[MetadataImage]
@@ -386,6 +390,7 @@ class MetadataImage:
         default_factory=FrozenMap
     )
     acls: FrozenMap[tuple[Any, ...], CreateAcl] = field(default_factory=FrozenMap)
+    quorum_voters: tuple[tuple[int, str, str], ...] = ()
 
     def __setstate__(self, state: Sequence[Any]) -> None:
         """Unpickle; snapshots written before a field existed get its default (so a controller
@@ -394,6 +399,7 @@ class MetadataImage:
         values.setdefault("subscriptions", FrozenMap())
         values.setdefault("scram_credentials", FrozenMap())
         values.setdefault("acls", FrozenMap())
+        values.setdefault("quorum_voters", ())
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
@@ -445,6 +451,11 @@ class MetadataImage:
         _log.debug("ignoring %r: %s", record, reason)
         return self
 
+    def _replay_quorum_voters(self, record: QuorumVoters) -> MetadataImage:
+        if not record.voters:
+            return self._ignore(record, "a quorum needs at least one voter")
+        return replace(self, quorum_voters=tuple(sorted(record.voters)))
+
     def _replay_controller_activated(self, record: ControllerActivated) -> MetadataImage:
         brokers = FrozenMap((b_id, replace(b, alive=False)) for b_id, b in self.brokers.items())
         return replace(self, brokers=brokers)
@@ -477,6 +488,12 @@ class MetadataImage:
             return self
         changed = replace(current, fenced=fenced, alive=alive)
         return replace(self, brokers=self.brokers.set(record.broker_id, changed))
+
+    def _replay_unregister(self, record: UnregisterBroker) -> MetadataImage:
+        current = self.brokers.get(record.broker_id)
+        if current is None or current.incarnation_id != record.incarnation_id:
+            return self._ignore(record, "no such broker incarnation")
+        return replace(self, brokers=self.brokers.remove(record.broker_id))
 
     def _with_topic(self, topic: TopicImage) -> MetadataImage:
         return replace(self, topics=FrozenMap(sorted(self.topics.set(topic.name, topic).items())))
@@ -673,6 +690,7 @@ class MetadataImage:
             "subscriptions": [s.to_dict() for s in self.subscriptions.values()],
             "scram_credentials": [record_to_dict(c) for c in self.scram_credentials.values()],
             "acls": [record_to_dict(a) for a in self.acls.values()],
+            "quorum_voters": [list(voter) for voter in self.quorum_voters],
         }
 
     @classmethod
@@ -704,6 +722,10 @@ class MetadataImage:
                 sorted(((c.name, c.mechanism), c) for c in credentials)  # type: ignore[union-attr]
             ),
             acls=FrozenMap(sorted((acl_key(a), a) for a in acls)),  # type: ignore[arg-type]
+            quorum_voters=tuple(
+                (int(node_id), str(raft), str(http))
+                for node_id, raft, http in data.get("quorum_voters", ())
+            ),
         )
 
 
@@ -733,9 +755,11 @@ def _set_pair(
 
 _REPLAYERS: dict[type[Any], Any] = {
     ControllerActivated: MetadataImage._replay_controller_activated,
+    QuorumVoters: MetadataImage._replay_quorum_voters,
     RegisterBroker: MetadataImage._replay_register,
     FenceBroker: MetadataImage._replay_fencing,
     UnfenceBroker: MetadataImage._replay_fencing,
+    UnregisterBroker: MetadataImage._replay_unregister,
     CreateTopic: MetadataImage._replay_create_topic,
     CreatePartitions: MetadataImage._replay_create_partitions,
     DeleteTopic: MetadataImage._replay_delete_topic,

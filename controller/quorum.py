@@ -28,6 +28,22 @@ Guarantees and how they are kept (see ``/work/shared/notes/pysyncobj.md`` for th
 - Journal and snapshot live in ``data_dir``. A journal or snapshot that cannot be loaded is
   moved aside (``<name>.corrupt-<timestamp>``, logged at ERROR) and the node starts as an
   empty member that resyncs from its peers, never with silently partial state.
+- Membership is dynamic (pysyncobj's ``dynamicMembershipChange``): ``add_voter`` and
+  ``remove_voter`` change it one voter at a time, and the membership lives in pysyncobj's log
+  and snapshot, so a restarted controller replays it over the voters of its config file. What
+  Flux decides about a change (validation, the ``QuorumVoters`` record, one change at a time)
+  is in ``flux.controller.membership`` and ``ControllerService``.
+- Calls that read or drive pysyncobj's internal state (the membership, match indexes, a
+  leadership transfer) run on its tick thread: queued by ``_in_raft_thread`` and run by the
+  tick callback, their results sent back through ``_to_loop``. The tick callback also keeps
+  ``members`` (the Raft addresses of the current members) for the loop to read.
+- A node campaigns only while it has held a connection to another member for
+  ``CAMPAIGN_AFTER_CONNECTED_S`` (``_hold_elections_in_raft_thread``). A controller started to
+  join the quorum is connected to a member only for the instant between the transport's key
+  exchange and the member dropping its unknown address; pysyncobj may start an election in
+  that instant (it campaigns whenever connected to anyone and without a leader), the joiner's
+  term runs ahead, and once added it deposes the leader: an election for nothing, measured in
+  ``tests/unit/test_quorum_membership.py``.
 """
 
 from __future__ import annotations
@@ -73,6 +89,11 @@ MAX_REMEMBERED_REQUESTS = 10_000
 MAX_RECORDS_PER_PROPOSAL = 100_000
 MAX_REQUEST_ID_LENGTH = 200
 MAX_PENDING_PROPOSALS = 10_000
+#: Calls waiting to run on pysyncobj's tick thread (``_in_raft_thread``).
+MAX_RAFT_THREAD_CALLS = 1000
+RAFT_THREAD_CALL_TIMEOUT_S = 5.0
+#: A member campaigns only once one of its connections to another member is this old.
+CAMPAIGN_AFTER_CONNECTED_S = 0.3
 #: Applied commands whose records are kept for metadata followers (``records_since``); one
 #: further behind gets the whole image.
 MAX_DELTA_VERSIONS = 10_000
@@ -105,7 +126,9 @@ def raft_settings(
         # ~1,000 synchronous commits/s instead of ~10/s with batching.
         appendEntriesUseBatch=False,
         appendEntriesPeriod=0.1,
-        dynamicMembershipChange=False,
+        # Voters are added and removed at run time (``MetadataQuorum.add_voter``); the
+        # membership then lives in the log and the snapshot, not in the config file.
+        dynamicMembershipChange=True,
         # Fail a proposal at once while there is no leader instead of queueing it.
         commandsWaitLeader=False,
         # Election timeouts: a dead leader is replaced in ~1 s (measured in test_quorum).
@@ -212,6 +235,12 @@ class MetadataQuorum:
         self._delta_base = 0
         self._delta_records = 0
         self._max_delta_versions = max_delta_versions
+        # Written by the tick thread only (one reference assignment), read by the loop.
+        self._members: frozenset[str] = frozenset({self_address, *self.peer_addresses})
+        self._raft_calls: collections.deque[Callable[[], None]] = collections.deque()
+        self._election_timeout_s = election_timeout_s
+        #: Raft address -> time.monotonic() since when it is connected (tick thread only).
+        self._connected_since: dict[str, float] = {}
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -231,6 +260,7 @@ class MetadataQuorum:
             bind_address=bind_address,
         )
         self._sync = SyncObj(self_address, list(self.peer_addresses), conf, [self._machine])
+        self._sync.addOnTickCallback(self._on_tick_in_raft_thread)
 
     # -- the one boundary from pysyncobj's thread into asyncio ----------------------------
 
@@ -259,6 +289,35 @@ class MetadataQuorum:
             # intermediate images would only show brokers states that never existed.
             return
         self._to_loop(self._on_applied, image, request_id, accepted, record_dicts)
+
+    def _on_tick_in_raft_thread(self) -> None:
+        others = self._sync.otherNodes
+        self._members = frozenset([self.self_address, *(node.address for node in others)])
+        self._hold_elections_in_raft_thread(others)
+        while self._raft_calls:
+            self._raft_calls.popleft()()
+
+    def _hold_elections_in_raft_thread(self, others: set[Any]) -> None:
+        """Push this node's election deadline past the next ticks while none of its
+        connections to other members is ``CAMPAIGN_AFTER_CONNECTED_S`` old (module
+        docstring). Runs every tick, after pysyncobj's election check, so a connection made
+        during a tick cannot start an election on the next one. Members of a running quorum
+        hold connections to each other for good, so a failover is not delayed; a cluster that
+        starts elects its first leader that much later."""
+        sync = self._sync
+        now = time.monotonic()
+        stable = False
+        for node in others:
+            if sync.isNodeConnected(node):
+                since = self._connected_since.setdefault(node.address, now)
+                stable = stable or now - since >= CAMPAIGN_AFTER_CONNECTED_S
+            else:
+                self._connected_since.pop(node.address, None)
+        if stable or not others or sync._isLeader():
+            return
+        hold_until = now + self._election_timeout_s[0]
+        if getattr(sync, "_SyncObj__raftElectionDeadline", hold_until) < hold_until:
+            sync._SyncObj__raftElectionDeadline = hold_until
 
     def _on_state_changed_in_raft_thread(self, old_state: int, new_state: int) -> None:
         sync = self._machine._syncObj
@@ -452,6 +511,148 @@ class MetadataQuorum:
             if self._pending.get(request_id) is future:
                 del self._pending[request_id]
 
+    # -- membership -------------------------------------------------------------------------
+
+    @property
+    def members(self) -> frozenset[str]:
+        """Raft addresses of the current voters as this node's pysyncobj sees them (itself
+        included); refreshed every tick."""
+        return self._members
+
+    async def _in_raft_thread(
+        self, function: Callable[[], Any], timeout_s: float = RAFT_THREAD_CALL_TIMEOUT_S
+    ) -> Any:
+        """Run ``function`` on pysyncobj's tick thread (where its state may be touched) and
+        return its result."""
+        if self._closed:
+            raise QuorumClosedError("the metadata quorum is closed")
+        if len(self._raft_calls) >= MAX_RAFT_THREAD_CALLS:
+            raise QuorumError(f"more than {MAX_RAFT_THREAD_CALLS} calls wait for the Raft thread")
+        future: asyncio.Future[Any] = self._loop.create_future()
+
+        def call() -> None:  # pysyncobj thread
+            try:
+                result = function()
+            except Exception as error:  # handed to the caller on the loop
+                self._to_loop(_settle, future, None, error)
+            else:
+                self._to_loop(_settle, future, result, None)
+
+        self._raft_calls.append(call)
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise QuorumError(f"the Raft thread did not answer within {timeout_s} s") from None
+
+    async def raft_view(self) -> dict[str, Any]:
+        """This node's Raft view of the membership: ``members`` (Raft addresses, itself
+        included), ``connected`` (members it has a connection to, itself included),
+        ``match_index`` (per other member, meaningful on the leader) and ``commit_index``."""
+
+        def read() -> dict[str, Any]:
+            status = self._sync.getStatus()
+            others = sorted(node.address for node in self._sync.otherNodes)
+            return {
+                "members": sorted([self.self_address, *others]),
+                "connected": sorted(
+                    [self.self_address]
+                    + [a for a in others if status.get(f"partner_node_status_server_{a}") == 2]
+                ),
+                "match_index": {a: status.get(f"match_idx_server_{a}") for a in others},
+                "commit_index": status["commit_idx"],
+            }
+
+        result: dict[str, Any] = await self._in_raft_thread(read)
+        return result
+
+    async def add_voter(self, raft_address: str, *, timeout_s: float) -> None:
+        """Make ``raft_address`` a Raft voter: once the change is committed, wait until the new
+        voter has caught up with the log as it was then, so it really counts towards the
+        majority before anything else changes. The controller there must already run with
+        the full member list (pysyncobj accepts any address; the caller checks)."""
+        await self._change_membership(raft_address, adding=True, timeout_s=timeout_s)
+        await self.wait_caught_up(raft_address, timeout_s=timeout_s)
+
+    async def remove_voter(self, raft_address: str, *, timeout_s: float) -> None:
+        """Remove the Raft voter ``raft_address`` (never this node: see
+        ``transfer_leadership``) and wait until the change is committed."""
+        if raft_address == self.self_address:
+            raise ValueError("the leader cannot remove itself: transfer leadership first")
+        await self._change_membership(raft_address, adding=False, timeout_s=timeout_s)
+
+    async def _change_membership(
+        self, raft_address: str, *, adding: bool, timeout_s: float
+    ) -> None:
+        if self._closed:
+            raise QuorumClosedError("the metadata quorum is closed")
+        if not self.is_leader:
+            raise NotControllerError(self._other_leader())
+        future: asyncio.Future[int] = self._loop.create_future()
+
+        def on_result(result: Any, error: int) -> None:  # pysyncobj thread
+            self._to_loop(_settle, future, error, None)
+
+        change = self._sync.addNodeToCluster if adding else self._sync.removeNodeFromCluster
+        change(raft_address, callback=on_result)
+        try:
+            error = await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise ProposalTimeoutError(
+                f"{'adding' if adding else 'removing'} Raft voter {raft_address} was not "
+                f"committed within {timeout_s} s"
+            ) from None
+        if error == FAIL_REASON.SUCCESS:
+            _log.info("Raft voter %s %s", raft_address, "added" if adding else "removed")
+            return
+        # pysyncobj did not append it: the voter already is (is not) a member, or this
+        # leader's first entry of its term is not applied yet.
+        await self._in_raft_thread(lambda: None)  # ``members`` is fresh after a tick
+        if (raft_address in self._members) == adding:
+            return
+        if error in (FAIL_REASON.QUEUE_FULL, FAIL_REASON.REQUEST_DENIED):
+            raise QuorumError(f"the Raft layer refused the membership change (reason {error})")
+        raise NotControllerError(self._other_leader())
+
+    async def wait_caught_up(self, raft_address: str, *, timeout_s: float) -> None:
+        """Wait until member ``raft_address`` holds the log up to the commit index of now."""
+        deadline = time.monotonic() + timeout_s
+        view = await self.raft_view()
+        target = view["commit_index"]
+        while True:
+            match_index = view["match_index"].get(raft_address)
+            if match_index is not None and match_index >= target:
+                return
+            if not self.is_leader:
+                raise NotControllerError(self._other_leader())
+            if time.monotonic() > deadline:
+                raise ProposalTimeoutError(
+                    f"Raft voter {raft_address} did not catch up within {timeout_s} s "
+                    f"(it holds the log to {match_index}, the commit index is {target})"
+                )
+            await asyncio.sleep(0.05)
+            view = await self.raft_view()
+
+    async def transfer_leadership(self, *, timeout_s: float) -> str | None:
+        """Hand Raft leadership to the most caught-up connected voter (Raft's TimeoutNow) and
+        wait until another leader is known: its Raft address, or None if there was none in
+        time. pysyncobj refuses while no follower is fully caught up; this retries."""
+        deadline = time.monotonic() + timeout_s
+
+        def request_transfer() -> int | None:  # pysyncobj thread
+            outcome: list[int] = []
+            self._sync.transferLeadership(None, lambda _result, error: outcome.append(error))
+            return outcome[0] if outcome else None
+
+        while time.monotonic() < deadline and not self._closed:
+            address = self.leader_address
+            if address is not None and address != self.self_address:
+                _log.info("node %d handed Raft leadership to %s", self.node_id, address)
+                return address
+            if self._sync._isLeader():
+                await self._in_raft_thread(request_transfer)
+            await asyncio.sleep(0.1)
+        return None
+
     def _other_leader(self) -> str | None:
         address = self.leader_address
         return None if address == self.self_address else address
@@ -462,6 +663,7 @@ class MetadataQuorum:
             "node_id": self.node_id,
             "self_address": self.self_address,
             "peers": list(self.peer_addresses),
+            "members": sorted(self._members),
             "is_leader": self.is_leader,
             "leader_address": self.leader_address,
             "raft_term": None if closed else self._sync.raftCurrentTerm,
@@ -484,6 +686,16 @@ class MetadataQuorum:
                 # Nobody may be awaiting it any more; do not warn about an unretrieved error.
                 future.exception()
         self._pending.clear()
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """Complete ``future`` (on the loop) unless its waiter gave up already."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 # -- recovery of unreadable files ---------------------------------------------------------

@@ -19,6 +19,15 @@ The plan, greedy and deterministic (ties broken by broker id, then topic and par
    list (no data moves for this).
 
 Bytes per broker and racks are not weighed yet: every replica counts the same.
+
+**Draining** one broker (``plan_drain``, what ``fluxctl cluster remove-node`` runs) is step 1 for
+that broker alone: only the partitions it holds move, each of its replicas to the least loaded
+live broker not holding the partition yet (a replica on another broker that is down stays
+where it is: the drain does not wait for it), and nothing else is evened out (run a rebalance
+afterwards for that). A drained first replica hands the preferred leadership to its
+replacement, and the reassignment moves the leadership off the broker when it completes.
+``drain_refusals`` says beforehand why a drain could never complete: a topic whose
+replication factor exceeds the live brokers left.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from dataclasses import dataclass
 
 from flux.controller.image import MetadataImage
 
-__all__ = ["Move", "plan_moves", "plan_rebalance"]
+__all__ = ["Move", "drain_refusals", "plan_drain", "plan_moves", "plan_rebalance"]
 
 #: Moves of one plan at most (a named bound: a plan is executed by an operator).
 MAX_MOVES = 100_000
@@ -69,9 +78,11 @@ def plan_moves(
     live_brokers: Iterable[int],
     *,
     exclude: Collection[int] = (),
+    drain_only: bool = False,
 ) -> list[Move]:
     """``plan_rebalance`` over plain data: each partition's replicas and the live brokers (for
-    tools that read them with Metadata requests)."""
+    tools that read them with Metadata requests). ``drain_only``: move the replicas of the
+    ``exclude`` brokers and nothing else (step 1a for them only; see ``plan_drain``)."""
     brokers = sorted(b for b in set(live_brokers) if b not in exclude)
     if not brokers:
         return []
@@ -90,7 +101,7 @@ def plan_moves(
     for key in sorted(lists):
         replicas = lists[key]
         for position, replica in enumerate(replicas):
-            if replica in load:
+            if replica in load or (drain_only and replica not in exclude):
                 continue
             destination = least_loaded(replicas)
             if destination is None:
@@ -98,7 +109,7 @@ def plan_moves(
             replicas[position] = destination
             load[destination] += 1
     # 1b. Even out the load.
-    for _ in range(MAX_MOVES):
+    for _ in range(0 if drain_only else MAX_MOVES):
         busiest = max(brokers, key=lambda b: (load[b], -b))
         idlest = min(brokers, key=lambda b: (load[b], b))
         if load[busiest] - load[idlest] < 2:
@@ -117,7 +128,7 @@ def plan_moves(
     for replicas in lists.values():
         if replicas and replicas[0] in leading:
             leading[replicas[0]] += 1
-    for _ in range(MAX_MOVES):
+    for _ in range(0 if drain_only else MAX_MOVES):
         swapped = False
         for key in sorted(lists):
             replicas = lists[key]
@@ -140,4 +151,35 @@ def plan_moves(
         Move(name, index, tuple(current[(name, index)]), tuple(replicas))
         for (name, index), replicas in sorted(lists.items())
         if tuple(replicas) != tuple(current[(name, index)])
+    ]
+
+
+def plan_drain(
+    current: dict[tuple[str, int], tuple[int, ...]],
+    live_brokers: Iterable[int],
+    broker_id: int,
+) -> list[Move]:
+    """The moves that take every replica off ``broker_id`` and nothing more (see the module
+    docstring); ``current`` as for ``plan_moves`` (a partition being reassigned counts with
+    its target replicas)."""
+    return plan_moves(current, live_brokers, exclude=(broker_id,), drain_only=True)
+
+
+def drain_refusals(
+    current: dict[tuple[str, int], tuple[int, ...]],
+    live_brokers: Iterable[int],
+    broker_id: int,
+) -> list[str]:
+    """Why draining ``broker_id`` could not complete, one sentence per topic (empty: it can):
+    a topic whose replication factor (its largest partition) exceeds the live brokers other
+    than ``broker_id`` would be left with a replica nowhere to go."""
+    remaining = sorted(set(live_brokers) - {broker_id})
+    factors: dict[str, int] = {}
+    for (topic, _partition), replicas in current.items():
+        factors[topic] = max(factors.get(topic, 0), len(replicas))
+    return [
+        f"topic {topic!r} has replication factor {factor}, but only {len(remaining)} live "
+        f"broker(s) would be left ({', '.join(map(str, remaining)) or 'none'})"
+        for topic, factor in sorted(factors.items())
+        if factor > len(remaining)
     ]

@@ -34,12 +34,14 @@ __all__ = [
     "PartitionChange",
     "PartitionReassignment",
     "PartitionSpec",
+    "QuorumVoters",
     "Record",
     "RegisterBroker",
     "RegisterSubscription",
     "SubscriptionStateChange",
     "SubscriptionWindowChange",
     "UnfenceBroker",
+    "UnregisterBroker",
     "UserScramCredential",
     "RemoveUserScramCredential",
     "CreateAcl",
@@ -84,6 +86,15 @@ class ControllerActivated:
 
 
 @dataclass(frozen=True, slots=True)
+class QuorumVoters:
+    """The controller quorum's voters, ``(node_id, raft_address, http_address)`` sorted by id,
+    as of a membership change (``flux.controller.membership``): the whole set, so replaying
+    it twice is harmless. Committed before the Raft membership change it announces."""
+
+    voters: tuple[tuple[int, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FenceBroker:
     """Fence the registration ``(broker_id, incarnation_id)``; ignored for another incarnation."""
 
@@ -95,6 +106,17 @@ class FenceBroker:
 class UnfenceBroker:
     """Unfence the registration ``(broker_id, incarnation_id)`` and count it alive for the
     active controller (it heartbeated); ignored for another incarnation."""
+
+    broker_id: int
+    incarnation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBroker:
+    """Remove the registration ``(broker_id, incarnation_id)`` (Kafka's UnregisterBroker, the
+    last step of removing a broker); ignored for another incarnation. The handler commits it
+    only for a fenced broker that holds no replica (``handlers.unregister_broker``), so no
+    partition refers to the id afterwards; the broker's config overrides stay (as in Kafka)."""
 
     broker_id: int
     incarnation_id: str
@@ -290,9 +312,11 @@ class DeleteAcl:
 Record = (
     PartitionReassignment
     | ControllerActivated
+    | QuorumVoters
     | RegisterBroker
     | FenceBroker
     | UnfenceBroker
+    | UnregisterBroker
     | CreateTopic
     | CreatePartitions
     | DeleteTopic
@@ -313,9 +337,11 @@ RECORD_TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (
         ControllerActivated,
+        QuorumVoters,
         RegisterBroker,
         FenceBroker,
         UnfenceBroker,
+        UnregisterBroker,
         CreateTopic,
         CreatePartitions,
         DeleteTopic,
@@ -459,10 +485,27 @@ def _endpoints(value: Any, where: str) -> tuple[tuple[str, str, int], ...]:
     return tuple(endpoints)
 
 
+def _voters(value: Any, where: str) -> tuple[tuple[int, str, str], ...]:
+    voters = []
+    for i, item in enumerate(_list(value, where)):
+        triple = _list(item, f"{where}[{i}]")
+        if len(triple) != 3:
+            raise InvalidRecordError(f"{where}[{i}]: expected [id, raft, http], got {item!r}")
+        voters.append(
+            (
+                _int(triple[0], f"{where}[{i}][0]"),
+                _str(triple[1], f"{where}[{i}][1]"),
+                _str(triple[2], f"{where}[{i}][2]"),
+            )
+        )
+    return tuple(voters)
+
+
 _Parser = Callable[[Any, str], Any]
 
 _SCHEMAS: dict[str, dict[str, _Parser]] = {
     "ControllerActivated": {"node_id": _int},
+    "QuorumVoters": {"voters": _voters},
     "RegisterBroker": {
         "broker_id": _int,
         "incarnation_id": _str,
@@ -476,6 +519,7 @@ _SCHEMAS: dict[str, dict[str, _Parser]] = {
     },
     "FenceBroker": {"broker_id": _int, "incarnation_id": _str},
     "UnfenceBroker": {"broker_id": _int, "incarnation_id": _str},
+    "UnregisterBroker": {"broker_id": _int, "incarnation_id": _str},
     "CreateTopic": {"name": _str, "topic_id": _str, "partitions": _specs, "config": _pairs},
     "CreatePartitions": {"topic_id": _str, "partitions": _specs},
     "DeleteTopic": {"topic_id": _str},

@@ -19,6 +19,8 @@ HTTP API (JSON bodies; every answer carries ``error_code`` and ``error_message``
 ``POST /controller/brokers/heartbeat``      keep the session; unfences a caught-up broker
 ``POST /controller/brokers/unreachable``    a broker's replication connection to another broke:
                                             probe that one now (``flux.controller.liveness``)
+``POST /controller/brokers/unregister``     UnregisterBroker: remove a drained, stopped
+                                            broker's registration (``broker_id``)
 ``GET  /controller/metadata``               ``?version=N&wait_ms=M[&deltas=1]``: once newer than
                                             N, the image, or with ``deltas=1`` the records
                                             since N (the image when N is too old)
@@ -32,8 +34,17 @@ HTTP API (JSON bodies; every answer carries ``error_code`` and ``error_message``
                                             (``partitions: [[topic, p, replicas|null], ...]``)
 ``POST /controller/configs``                set or delete topic / broker config overrides
 ``POST /controller/producer-ids``           allocate a block of producer ids to a broker
-``GET  /controller/status``                 this controller's Raft view
+``POST /controller/quorum/voters``         add a controller quorum voter (``node_id``,
+                                            ``raft_address``, ``http_address``), one change at
+                                            a time (``flux.controller.quorum_changes``)
+``DELETE /controller/quorum/voters/{id}``   remove a voter (the active controller itself: it
+                                            hands leadership over and answers 421)
+``GET  /controller/status``                 this controller's Raft view and the voters
 ==========================================  ==================================================
+
+Voters: Flux's view of the quorum (``leader_id``, leader hints) is the ``QuorumVoters`` record
+of the metadata log once a change was made, the config file's voters before; the Raft
+membership itself is pysyncobj's (``flux.controller.membership`` explains the split).
 """
 
 from __future__ import annotations
@@ -56,7 +67,9 @@ from . import handlers, security
 from .handlers import ControllerResult
 from .image import MetadataImage
 from .liveness import LivenessProber, ProbeTarget
+from .membership import VoterAddress
 from .quorum import MetadataQuorum, NotControllerError, ProposalTimeoutError
+from .quorum_changes import QuorumChanges
 
 __all__ = ["ControllerService", "ControllerSettings", "VoterAddress"]
 
@@ -68,13 +81,6 @@ SESSION_CHECK_INTERVAL_S = 0.1
 STALL_GRACE_S = 0.5
 PROPOSAL_TIMEOUT_S = 5.0
 MAX_REQUEST_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class VoterAddress:
-    node_id: int
-    raft_address: str
-    http_address: str
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,9 @@ class ControllerSettings:
     #: credential check), both from the node (``cluster.internal_security``).
     ssl_context: Any = None
     middlewares: tuple[Any, ...] = ()
+    #: How this controller calls another one (``cluster.internal_security.InternalSecurity``:
+    #: ``url()``, ``ssl``); None: plain HTTP. Used to check a controller before adding it.
+    internal: Any = None
 
     @property
     def self_voter(self) -> VoterAddress:
@@ -137,6 +146,7 @@ class ControllerService:
         self._prober = LivenessProber(self._fence_dead_broker)
         self.http_port = settings.http_port
         self._stopping = False
+        self.quorum_changes = QuorumChanges(self)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -169,6 +179,7 @@ class ControllerService:
                 web.post("/controller/brokers/register", self._json(self._register)),
                 web.post("/controller/brokers/heartbeat", self._json(self._heartbeat)),
                 web.post("/controller/brokers/unreachable", self._json(self._unreachable)),
+                web.post("/controller/brokers/unregister", self._json(self._unregister)),
                 web.get("/controller/metadata", self._metadata),
                 web.post("/controller/topics", self._json(self._create_topic)),
                 web.delete("/controller/topics/{name}", self._json(self._delete_topic)),
@@ -183,6 +194,10 @@ class ControllerService:
                 web.post("/controller/acls", self._json(self._change_acls)),
                 web.post("/controller/producer-ids", self._json(self._allocate_producer_ids)),
                 web.get("/controller/status", self._status),
+                web.post("/controller/quorum/voters", self._json(self.quorum_changes.add)),
+                web.delete(
+                    "/controller/quorum/voters/{id}", self._json(self.quorum_changes.remove)
+                ),
                 web.post("/controller/subscriptions", self._json(self._register_subscription)),
                 web.post(
                     "/controller/subscriptions/{id}/state",
@@ -204,6 +219,7 @@ class ControllerService:
         self._tasks = [
             asyncio.create_task(self._check_sessions_forever()),
             asyncio.create_task(self._restore_preferred_leaders_forever()),
+            asyncio.create_task(self.quorum_changes.reconcile_forever()),
         ]
         log.info(
             "controller %d: Raft on %s, HTTP on %s:%d",
@@ -241,10 +257,8 @@ class ControllerService:
 
     def leader_id(self) -> int | None:
         address = self.quorum.leader_address
-        for voter in self.settings.voters:
-            if voter.raft_address == address:
-                return voter.node_id
-        return None
+        voter = self.quorum_changes.known_voters().get(address) if address else None
+        return voter.node_id if voter is not None else None
 
     # -- boundary callbacks (called on the event loop by MetadataQuorum) -----------------------
 
@@ -307,7 +321,12 @@ class ControllerService:
     def _not_controller(self) -> web.Response:
         leader_id = self.leader_id()
         leader_http = next(
-            (v.http_address for v in self.settings.voters if v.node_id == leader_id), None
+            (
+                v.http_address
+                for v in self.quorum_changes.known_voters().values()
+                if v.node_id == leader_id
+            ),
+            None,
         )
         return web.json_response(
             {
@@ -392,6 +411,19 @@ class ControllerService:
         )
         if result.response.get("error_code", 0) == 0 and session is not None:
             session.deadline = self._deadline()
+        return {**result.response, "version": image.version}
+
+    async def _unregister(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+        broker_id = _int_field(body, "broker_id")
+        # The voters as changed at run time (fluxctl controller), not only the config's.
+        voter_ids = [voter.node_id for voter in self.quorum_changes.voters()]
+        result, image = await self._write(
+            lambda image: handlers.unregister_broker(
+                image, broker_id=broker_id, voter_ids=voter_ids
+            )
+        )
+        if result.ok:
+            self._sessions.pop(broker_id, None)
         return {**result.response, "version": image.version}
 
     async def _unreachable(self, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
@@ -595,6 +627,7 @@ class ControllerService:
                 "leader_id": self.leader_id(),
                 "version": self.image.version,
                 "raft": self.quorum.status(),
+                **self.quorum_changes.describe(),
             }
         )
 

@@ -1413,6 +1413,22 @@ ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = Message(
     ),
 )
 
+# ---------------------------------------------------------------- UnregisterBroker (64)
+
+# An admin client asks any broker, which forwards to the active controller (KIP-500's
+# UnregisterBroker: remove a drained, stopped broker's registration).
+UNREGISTER_BROKER_REQUEST = Message(
+    "UnregisterBrokerRequest", 64, "0", "0+",
+    f("BrokerId", "int32", "0+"),
+)
+
+UNREGISTER_BROKER_RESPONSE = Message(
+    "UnregisterBrokerResponse", 64, "0", "0+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("ErrorCode", "int16", "0+"),
+    f("ErrorMessage", "string", "0+", nullable="0+"),
+)
+
 # fmt: on
 
 # ---------------------------------------------------------------------------------- registry
@@ -1465,6 +1481,7 @@ REQUESTS: dict[int, Message] = {
         DELETE_ACLS_REQUEST,
         DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
         ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
+        UNREGISTER_BROKER_REQUEST,
     )
 }
 
@@ -1516,5 +1533,6 @@ RESPONSES: dict[int, Message] = {
         DELETE_ACLS_RESPONSE,
         DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
         ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
+        UNREGISTER_BROKER_RESPONSE,
     )
 }

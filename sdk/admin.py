@@ -546,6 +546,24 @@ class AsyncAdmin:
 
         return await self.client.call_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS, body, read)
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        """Remove broker ``broker_id``'s registration (UnregisterBroker, API key 64), the last
+        step of removing a broker. The controller refuses a controller voter
+        (``PolicyViolationError``), an unknown id (a ``KafkaError`` with code
+        BROKER_ID_NOT_REGISTERED), a broker that still holds replicas and a running (unfenced)
+        one (``InvalidRequestError``), with a message saying which
+        (``flux.controller.handlers.unregister_broker``)."""
+        body = {"broker_id": int(broker_id)}
+
+        def read(response: dict[str, Any], _: int) -> None:
+            _raise_for(
+                response.get("error_code", 0),
+                response.get("error_message"),
+                context=f"unregistering broker {broker_id}",
+            )
+
+        await self.client.call_controller(ApiKey.UNREGISTER_BROKER, body, read)
+
     # -- configs and cluster ---------------------------------------------------------------
 
     async def describe_configs(self, topic: str) -> dict[str, ConfigEntry]:
@@ -1024,6 +1042,9 @@ class Admin:
 
     def list_partition_reassignments(self) -> dict[tuple[str, int], dict[str, list[int]]]:
         return self._loop.run(self._async.list_partition_reassignments())
+
+    def unregister_broker(self, broker_id: int) -> None:
+        self._loop.run(self._async.unregister_broker(broker_id))
 
     def alter_topic_configs(
         self,

@@ -65,6 +65,7 @@ CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = MappingProxyType(
         ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+        ApiKey.UNREGISTER_BROKER: (0, 0),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         # Consumer groups (flux.sdk.groups and Admin): FindCoordinator v4 batches keys,
         # JoinGroup v4+ answers MEMBER_ID_REQUIRED, OffsetFetch v8 nests groups (not used).

@@ -204,6 +204,10 @@ class RequestAuthorizer:
                 AclOperation.DESCRIBE,
                 lambda: {"error_code": CLUSTER_DENIED, "topics": []},
             ),
+            ApiKey.UNREGISTER_BROKER: _cluster_only(
+                AclOperation.ALTER,
+                lambda: {"error_code": CLUSTER_DENIED, "error_message": None},
+            ),
             ApiKey.DESCRIBE_LOG_DIRS: _cluster_only(
                 AclOperation.DESCRIBE,
                 lambda: {"error_code": CLUSTER_DENIED, "results": []},

@@ -22,8 +22,11 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 #: hands those partitions back to no broker: they wait for the client's next 1 s scan
 #: (measured: the first acknowledged record after a leader's SIGKILL at 2.0 s instead of
 #: 1.0 s). Listed a little longer, the broker leaves in a later answer, once no partition
-#: points at it. Kafka drops it at once; DescribeCluster here does too (live brokers only).
-FENCED_LISTED_S = 15.0
+#: points at it. Kept short: a client that picks any listed broker for a request
+#: (kafka-python's admin) fails on a dead one instead of trying another, as it would against
+#: Kafka until the dead broker's session times out (9 s there). DescribeCluster lists live
+#: brokers only.
+FENCED_LISTED_S = 3.0
 
 
 class MetadataApis(KafkaApisBase):

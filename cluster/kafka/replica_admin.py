@@ -2,7 +2,9 @@
 active controller: ``POST /controller/elect-leaders``), AlterPartitionReassignments (started or
 cancelled by the controller: ``POST /controller/reassignments``; see
 ``flux.controller.handlers.alter_partition_reassignments``), ListPartitionReassignments (from
-this broker's metadata image) and DescribeLogDirs (this broker's log directory, its replicas
+this broker's metadata image), UnregisterBroker (decided by the controller:
+``POST /controller/brokers/unregister``; see ``flux.controller.handlers.unregister_broker``)
+and DescribeLogDirs (this broker's log directory, its replicas
 and their sizes).
 
 Flux keeps every replica of a broker in one log directory (``node.data_dir``), so
@@ -26,8 +28,8 @@ ELECTION_TYPES = {0: "preferred", 1: "unclean"}
 
 
 class ReplicaAdminApis(KafkaApisBase):
-    """ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments and
-    DescribeLogDirs."""
+    """ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments,
+    UnregisterBroker and DescribeLogDirs."""
 
     # -- reassignments ------------------------------------------------------------------------
 
@@ -91,6 +93,22 @@ class ReplicaAdminApis(KafkaApisBase):
             "error_code": ErrorCode.NONE,
             "error_message": None,
             "topics": [{"name": n, "partitions": p} for n, p in by_topic.items()],
+        }
+
+    # -- UnregisterBroker ----------------------------------------------------------------------
+
+    async def _unregister_broker(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        answer = await self._forward(
+            "POST", "/controller/brokers/unregister", {"broker_id": body["broker_id"]}
+        )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.from_code(
+                answer.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+            ),
+            "error_message": answer.get("error_message"),
         }
 
     # -- ElectLeaders -------------------------------------------------------------------------

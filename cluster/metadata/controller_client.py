@@ -4,6 +4,10 @@ hints, retry within a deadline.
 Writes go to the active controller; a standby answers HTTP 421 with ``leader_http``, which the
 client follows. Reads of committed metadata may go to any controller. Every call is bounded by
 a deadline and retried with capped exponential backoff on connection errors and elections.
+
+The controllers are first those of the config file; once the metadata records a change of the
+controller quorum (``MetadataImage.quorum_voters``), the node calls ``set_addresses`` with the
+recorded voters, so brokers follow controllers added and removed at run time.
 """
 
 from __future__ import annotations
@@ -52,6 +56,16 @@ class ControllerClient:
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=1.0)
             )
         return self._session
+
+    def set_addresses(self, http_addresses: Sequence[str]) -> None:
+        """Use these controllers from now on (the voters of a quorum change); an empty list or
+        the same set changes nothing."""
+        if not http_addresses or set(http_addresses) == set(self._addresses):
+            return
+        log.info("controller addresses changed to %s", ", ".join(http_addresses))
+        self._addresses = list(http_addresses)
+        if self._active not in self._addresses:
+            self._active = None
 
     async def close(self) -> None:
         if self._session is not None:

@@ -75,6 +75,13 @@ def create_topic(
     return answer["topics"][0]
 
 
+def listed_brokers(node: NodeProcess) -> list[int]:
+    """The brokers a Metadata answer lists: the live ones and those fenced in the last few
+    seconds (flux.cluster.kafka.metadata.FENCED_LISTED_S). A kafka-python admin client picks
+    any of them for a request, and fails on a dead one."""
+    return sorted(broker["node_id"] for broker in metadata(node, [])["brokers"])
+
+
 def live_brokers(node: NodeProcess) -> list[int]:
     """Registered, unfenced brokers, as DescribeCluster answers (Metadata also lists brokers
     fenced in the last few seconds: see flux.cluster.kafka.metadata.FENCED_LISTED_S)."""
