@@ -871,7 +871,7 @@ def _register_client_commands() -> None:
     from flux.cli.group import group
     from flux.cli.nodes import add_node_command, remove_node_command
     from flux.cli.pipeline import pipeline
-    from flux.cli.reassign import partition, rebalance
+    from flux.cli.reassign import partition, rebalance, throttle
     from flux.cli.topic import topic
     from flux.cli.user import user
 
@@ -886,6 +886,7 @@ def _register_client_commands() -> None:
     main.add_command(partition)
     main.add_command(controller)
     cluster.add_command(rebalance)
+    cluster.add_command(throttle)
     cluster.add_command(add_node_command)
     cluster.add_command(remove_node_command)
 

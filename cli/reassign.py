@@ -3,7 +3,8 @@
 fluxctl partition reassign --plan FILE [--wait]     Kafka's reassignment JSON
 fluxctl partition reassignments [--json]            the running ones
 fluxctl partition cancel TOPIC PARTITION            cancel one
-fluxctl cluster rebalance [--dry-run] [--exclude N ...] [--wait] [--json]
+fluxctl cluster rebalance [--dry-run] [--exclude N ...] [--throttle 50MB] [--wait] [--json]
+fluxctl cluster throttle [RATE | --clear]           the reassignment throttle
 
 The plan file is Kafka's (``kafka-reassign-partitions.sh``): ``{"version": 1, "partitions":
 [{"topic": "t", "partition": 0, "replicas": [2, 3, 4]}, ...]}`` (a null ``replicas`` cancels).
@@ -12,6 +13,14 @@ cluster's metadata (replicas and preferred leaders evened out over the live brok
 ``--exclude`` drains brokers), prints it as a table, and unless ``--dry-run`` submits it;
 ``--wait`` follows the reassignments with a progress bar until none runs. Every command takes
 ``--bootstrap`` and the client options of the other client commands (``flux.cli._sdk``).
+
+``--throttle RATE`` (bytes per second: ``52428800``, ``50MB``, ``500KB``; decimal units, as
+Kafka's ``--throttle`` takes a plain number) sets the cluster-wide dynamic broker config
+``leader.replication.throttled.rate`` before the moves are submitted: what replicas being added
+copy from their leaders is capped at that rate, while in-sync followers are never throttled
+(``flux.cluster.replication.throttle``). With ``--wait`` the throttle is removed once every
+reassignment completed (what ``kafka-reassign-partitions.sh --verify`` does); without it, it
+stays until ``fluxctl cluster throttle --clear``.
 
 JSON shapes: ``reassignments`` -> ``{"reassignments": [{"topic", "partition", "replicas",
 "adding", "removing"}]}``; ``rebalance --json`` / ``reassign --json`` -> ``{"moves":
@@ -32,7 +41,52 @@ from flux.sdk.security import ClientSecurity
 
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
 
-__all__ = ["partition", "rebalance"]
+__all__ = ["partition", "rebalance", "throttle"]
+
+THROTTLE_KEY = "leader.replication.throttled.rate"
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
+
+
+def parse_rate(text: str) -> int:
+    """Bytes per second from ``52428800``, ``50MB``, ``512KiB`` (a trailing ``/s`` is allowed)."""
+    raw = text.strip().upper().removesuffix("/S")
+    number = raw.rstrip("KMGIB")
+    unit = raw[len(number) :]
+    try:
+        value = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise click.BadParameter(
+            f"{text!r} is not a rate: give bytes per second, e.g. 52428800, 50MB or 512KiB"
+        ) from None
+    if value < 1:
+        raise click.BadParameter(f"{text!r}: the rate must be at least 1 byte per second")
+    return int(value)
+
+
+def _rate_option(function: Any) -> Any:
+    return click.option(
+        "--throttle",
+        "rate",
+        default=None,
+        help="cap reassignment traffic at this many bytes/s (50MB, 500KB, 52428800)",
+    )(function)
+
+
+def _set_throttle(admin: Admin, rate: int | None) -> None:
+    if rate is None:
+        admin.alter_broker_configs(None, delete=[THROTTLE_KEY])
+    else:
+        admin.alter_broker_configs(None, set={THROTTLE_KEY: str(rate)})
+
 
 #: How often ``--wait`` looks at the running reassignments, and for how long at most.
 WAIT_POLL_S = 0.5
@@ -133,11 +187,13 @@ def _print_moves(moves: list[Move], errors: dict[str, str], as_json: bool) -> No
 @partition.command("reassign")
 @click.option("--plan", "plan_file", required=True, type=click.Path(path_type=Path))
 @click.option("--wait", is_flag=True, help="follow the reassignments until they completed")
+@_rate_option
 @client_options
 @json_option
 def reassign(
     plan_file: Path,
     wait: bool,
+    rate: str | None,
     bootstrap: str | None,
     timeout_s: float,
     security: ClientSecurity,
@@ -145,7 +201,10 @@ def reassign(
 ) -> None:
     """Submit the reassignments of a Kafka reassignment JSON file."""
     plan = read_plan(plan_file)
+    throttle_rate = parse_rate(rate) if rate is not None else None
     with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
+        if throttle_rate is not None:
+            _set_throttle(admin, throttle_rate)
         current = {
             (t, p.partition): tuple(p.replicas)
             for t in {t for t, _, _ in plan}
@@ -159,6 +218,7 @@ def reassign(
         _print_moves(moves, errors, as_json)
         if wait:
             _wait(admin, len(plan))
+        _after_moves(admin, throttle_rate, wait, as_json)
     if errors:
         raise SystemExit(1)
 
@@ -206,12 +266,14 @@ def cancel(
     "--exclude", "excluded", multiple=True, type=int, help="a broker to drain (repeatable)"
 )
 @click.option("--wait", is_flag=True, help="follow the reassignments until they completed")
+@_rate_option
 @client_options
 @json_option
 def rebalance(
     dry_run: bool,
     excluded: tuple[int, ...],
     wait: bool,
+    rate: str | None,
     bootstrap: str | None,
     timeout_s: float,
     security: ClientSecurity,
@@ -227,10 +289,57 @@ def rebalance(
                 current[(name, item.partition)] = tuple(item.replicas)
         moves = plan_moves(current, live, exclude=excluded)
         errors: dict[str, Any] = {}
-        if moves and not dry_run:
+        throttle_rate = parse_rate(rate) if rate is not None else None
+        submit = bool(moves) and not dry_run
+        if submit and throttle_rate is not None:
+            _set_throttle(admin, throttle_rate)
+        if submit:
             errors = _submit(admin, [(m.topic, m.partition, list(m.target)) for m in moves])
         _print_moves(moves, errors, as_json)
-        if moves and wait and not dry_run:
+        if submit and wait:
             _wait(admin, len(moves))
+        if submit:
+            _after_moves(admin, throttle_rate, wait, as_json)
     if errors:
         raise SystemExit(1)
+
+
+def _after_moves(admin: Admin, rate: int | None, waited: bool, as_json: bool) -> None:
+    """Remove the throttle this command set once its moves completed; else say it stays."""
+    if rate is None:
+        return
+    if waited:
+        _set_throttle(admin, None)
+        if not as_json:
+            click.echo("reassignment throttle removed")
+    elif not as_json:
+        click.echo(
+            f"reassignment traffic throttled to {rate} bytes/s until "
+            "`fluxctl cluster throttle --clear`",
+            err=True,
+        )
+
+
+@click.command("throttle")
+@click.argument("rate", required=False)
+@click.option("--clear", is_flag=True, help="remove the throttle")
+@client_options
+def throttle(
+    rate: str | None,
+    clear: bool,
+    bootstrap: str | None,
+    timeout_s: float,
+    security: ClientSecurity,
+) -> None:
+    """Set (RATE, bytes/s: 50MB, 500KB, 52428800) or --clear the cluster-wide throttle of
+    reassignment traffic (``leader.replication.throttled.rate`` on every broker)."""
+    if clear == (rate is not None):
+        raise click.UsageError("give a RATE or --clear")
+    value = parse_rate(rate) if rate is not None else None
+    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
+        _set_throttle(admin, value)
+    click.echo(
+        "reassignment throttle removed"
+        if value is None
+        else f"reassignment traffic throttled to {value} bytes/s"
+    )

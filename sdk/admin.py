@@ -96,6 +96,7 @@ __all__ = [
 ]
 
 _RESOURCE_TOPIC = 2
+_RESOURCE_BROKER = 4
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).
 _CONFIG_OP_SET = 0
 _CONFIG_OP_DELETE = 1
@@ -623,6 +624,38 @@ class AsyncAdmin:
 
         await self.client.call_any(ApiKey.INCREMENTAL_ALTER_CONFIGS, body, read)
 
+    async def alter_broker_configs(
+        self,
+        broker_id: int | None,
+        set: Mapping[str, str] | None = None,  # noqa: A002 - reads as admin.alter(b, set=...)
+        delete: Iterable[str] = (),
+    ) -> None:
+        """Set and delete dynamic broker configs (IncrementalAlterConfigs) of one broker, or
+        with ``broker_id=None`` the cluster-wide default every broker falls back to (Kafka's
+        ``--entity-default``); e.g. ``leader.replication.throttled.rate``, the bytes/s a
+        leader sends to replicas a reassignment adds. ``InvalidConfigError`` for a bad value."""
+        name = "" if broker_id is None else str(broker_id)
+        body = {
+            "resources": [
+                {
+                    "resource_type": _RESOURCE_BROKER,
+                    "resource_name": name,
+                    "configs": _config_changes(set or {}, delete),
+                }
+            ],
+            "validate_only": False,
+        }
+
+        def read(response: dict[str, Any], _: int) -> None:
+            for result in response["responses"]:
+                _raise_for(
+                    result["error_code"],
+                    result.get("error_message"),
+                    context=f"broker {name or 'default'}",
+                )
+
+        await self.client.call_any(ApiKey.INCREMENTAL_ALTER_CONFIGS, body, read)
+
     async def describe_cluster(self) -> ClusterDescription:
         body = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
 
@@ -1045,6 +1078,14 @@ class Admin:
 
     def unregister_broker(self, broker_id: int) -> None:
         self._loop.run(self._async.unregister_broker(broker_id))
+
+    def alter_broker_configs(
+        self,
+        broker_id: int | None,
+        set: Mapping[str, str] | None = None,  # noqa: A002 - the same name as AsyncAdmin's
+        delete: Iterable[str] = (),
+    ) -> None:
+        self._loop.run(self._async.alter_broker_configs(broker_id, set, delete))
 
     def alter_topic_configs(
         self,

@@ -62,6 +62,7 @@ from ..http.dedup import MessageIdIndex
 from ..topics import TopicConfig
 from .partition import Partition
 from .session import FetchSession
+from .throttle import ReplicationThrottle, rate_from_configs
 
 __all__ = ["Partition", "ReplicaManager"]  # Partition is re-exported for the handlers
 
@@ -156,6 +157,9 @@ class ReplicaManager:
         self._prepared_roles: (
             tuple[MetadataImage, MetadataImage, MetadataDelta, RoleChanges] | None
         ) = None
+        #: Caps what this broker, as leader, sends to replicas a reassignment adds
+        #: (``throttle.py``); its rate follows the dynamic broker configs.
+        self.throttle = ReplicationThrottle()
         self._remove_deleted_directories()
 
     # -- metadata -----------------------------------------------------------------------------
@@ -248,6 +252,11 @@ class ReplicaManager:
                 self._set_role(topic, index, state, is_leader=False)
             self._refresh_states_and_configs(old_image, new_image, delta.changed_topics)
         self._close_unused_prepared()
+        if new_image.broker_configs is not old_image.broker_configs:
+            rate = rate_from_configs(new_image.broker_configs, self._broker_id)
+            if rate != self.throttle.rate:
+                log.info("reassignment traffic throttled to %s bytes/s", rate or "unlimited")
+                self.throttle.set_rate(rate)
         self.last_opened = max(0, len(self._partitions) - opened_before + len(roles.removed))
         if first_image:
             self._remove_stray_directories()
@@ -628,6 +637,7 @@ class ReplicaManager:
             broker_id=self._broker_id,
             lookup=self.partition,
             image=lambda: self.image,
+            throttle=self.throttle,
         )
         self._sessions.add(session)
         return session

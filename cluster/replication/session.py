@@ -31,6 +31,11 @@ new one is served, so a follower can tell the leader about new partitions at onc
 A follower counts as caught up on an idle partition as long as its session is alive: see
 ``Partition.lagging_followers``.
 
+A replica that a reassignment is adding takes its data through the broker's
+``ReplicationThrottle`` (``throttle.py``) when one is set: its share of an answer is capped by
+the bucket, and when the bucket is empty the partition waits, out of the answer, until it
+refills; other partitions are never held back by it.
+
 Thread-safety: none; the broker's event loop owns every session.
 """
 
@@ -46,6 +51,7 @@ from flux.protocol.errors import ErrorCode
 from flux.protocol.records import iter_batches
 
 from .partition import Partition, monotonic_ms
+from .throttle import ReplicationThrottle
 from .wire import FetchEntry, FetchRequest, PartitionData
 
 __all__ = ["FetchSession", "MAX_SESSION_WAIT_MS", "MAX_SESSION_RESPONSE_BYTES"]
@@ -86,8 +92,11 @@ class FetchSession:
         broker_id: int,
         lookup: Callable[[str, int], Partition | None],
         image: Callable[[], MetadataImage],
+        throttle: ReplicationThrottle | None = None,
     ) -> None:
         self.replica_id = replica_id
+        self._throttle = throttle
+        self._deferred: set[TopicPartition] = set()
         self.incarnation_id = incarnation_id
         self._broker_id = broker_id
         self._lookup = lookup
@@ -215,6 +224,34 @@ class FetchSession:
                 continue
             position, found = held
             budget = min(position.partition_max_bytes, max_bytes - total)
+            throttle = self._throttle
+            throttled = (
+                throttle is not None
+                and throttle.rate is not None
+                and self.replica_id in found.state.adding
+                and position.fetch_offset < found.log_end_offset
+            )
+            if throttled:
+                assert throttle is not None
+                allowed = throttle.available() or 0
+                if allowed <= 0:
+                    if key in confirmed:
+                        # Nothing is sent yet, but the position the follower confirmed is
+                        # recorded now: the ISR (which ends the reassignment) goes by it.
+                        answer = found.serve_follower_fetch(
+                            self.replica_id,
+                            fetch_offset=position.fetch_offset,
+                            last_fetched_epoch=position.last_fetched_epoch,
+                            max_bytes=0,
+                        )
+                        if answer.error_code != ErrorCode.NONE or answer.diverging_epoch >= 0:
+                            answers.append(answer)
+                            self._forget(key)
+                            continue
+                        found.followers[self.replica_id].sessions.add(self)
+                    self._defer(key, throttle.wait_s())
+                    continue
+                budget = min(budget, allowed)
             answer = found.serve_follower_fetch(
                 self.replica_id,
                 fetch_offset=position.fetch_offset,
@@ -230,6 +267,9 @@ class FetchSession:
             found.followers[self.replica_id].sessions.add(self)
             if answer.records:
                 total += len(answer.records)
+                if throttled:
+                    assert throttle is not None
+                    throttle.consume(len(answer.records))
                 answers.append(answer)
                 position.fetch_offset, position.last_fetched_epoch = _end_of(answer.records)
                 position.sent_high_watermark = answer.high_watermark
@@ -243,6 +283,18 @@ class FetchSession:
                 or answer.log_start_offset != position.sent_log_start
             ):
                 self._lazy.add(key)
+
+    def _defer(self, key: TopicPartition, delay_s: float) -> None:
+        """Serve ``key`` again once the throttle has refilled (one timer per partition)."""
+        if key in self._deferred:
+            return
+        self._deferred.add(key)
+
+        def due() -> None:
+            self._deferred.discard(key)
+            self.mark(key, urgent=True)
+
+        asyncio.get_running_loop().call_later(delay_s, due)
 
     def _collect_lazy(self, answers: list[PartitionData]) -> None:
         if not self._lazy:

@@ -11,9 +11,10 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner, Result
-from flux.cli.reassign import partition, rebalance
+from flux.cli.reassign import partition, rebalance, throttle
 
 from tests.integration.cluster_helpers import partitions
+from tests.integration.helpers import wait_until
 from tests.integration.test_replication import _create
 
 pytestmark = pytest.mark.integration
@@ -26,6 +27,7 @@ def fluxctl() -> None:
 
 fluxctl.add_command(partition)
 fluxctl.add_command(rebalance)
+fluxctl.add_command(throttle)
 
 
 def run(bootstrap: str, *args: str) -> Result:
@@ -47,7 +49,12 @@ def test_rebalance_reassign_and_drain(cluster_factory, tmp_path: Path) -> None:
     assert planned["errors"] == {} and planned["moves"]
     assert all(4 in move["target"] for move in planned["moves"])
     assert _replicas(nodes[0], "spread")[0] == [1, 2]  # a dry run moves nothing
-    run(bootstrap, "rebalance", "--wait", "--json")
+    # Throttled while it runs; --wait removes the throttle once every move completed.
+    run(bootstrap, "rebalance", "--wait", "--json", "--throttle", "50MB")
+    for node in nodes:
+        log = node.log_path.read_text()
+        assert "reassignment traffic throttled to 50000000 bytes/s" in log
+        wait_until(lambda node=node: "throttled to unlimited" in node.log_path.read_text())
     counts = Counter(r for rs in _replicas(nodes[0], "spread").values() for r in rs)
     assert counts == {1: 3, 2: 3, 3: 3, 4: 3}
     assert json.loads(run(bootstrap, "partition", "reassignments", "--json").output) == {
@@ -69,3 +76,10 @@ def test_rebalance_reassign_and_drain(cluster_factory, tmp_path: Path) -> None:
     refused = CliRunner().invoke(fluxctl, ["partition", "cancel", "spread", "0",
                                            "--bootstrap", bootstrap])  # fmt: skip
     assert refused.exit_code == 1 and "reassign" in refused.output.lower()
+
+    # fluxctl cluster throttle sets and clears it by hand; a bad rate is named.
+    assert "500000 bytes/s" in run(bootstrap, "throttle", "500KB").output
+    wait_until(lambda: "throttled to 500000 bytes/s" in nodes[3].log_path.read_text())
+    assert "removed" in run(bootstrap, "throttle", "--clear").output
+    bad = CliRunner().invoke(fluxctl, ["throttle", "fast", "--bootstrap", bootstrap])
+    assert bad.exit_code == 2 and "is not a rate" in bad.output

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.cluster_helpers import live_brokers, partitions
+from tests.integration.cluster_helpers import listed_brokers, partitions
 from tests.integration.helpers import wait_until
 from tests.integration.test_replication import _create
 
@@ -100,7 +100,8 @@ def test_a_reassignment_that_cannot_finish_is_listed_then_cancelled(cluster_fact
     by_id = {node.node_id: node for node in nodes}
     _create(nodes[0], "stuck", [[1, 2, 3]])
     by_id[4].kill()  # the new replica never catches up
-    wait_until(lambda: 4 not in live_brokers(nodes[0]))  # fenced: clients stop calling it
+    # Fenced, and gone from Metadata answers: kafka-python's admin stops calling it.
+    wait_until(lambda: 4 not in listed_brokers(nodes[0]))
     admin = KafkaAdminClient(bootstrap_servers=nodes[0].bootstrap_servers)
     partition = KafkaTopicPartition("stuck", 0)
     try:
@@ -129,7 +130,7 @@ def test_a_reassignment_survives_an_active_controller_sigkill(cluster_factory) -
     by_id = {node.node_id: node for node in nodes}
     _create(nodes[0], "survive", [[1, 2, 3]])
     by_id[4].kill()  # the reassignment waits for broker 4
-    wait_until(lambda: 4 not in live_brokers(nodes[0]))
+    wait_until(lambda: 4 not in listed_brokers(nodes[0]))
     admin = KafkaAdminClient(bootstrap_servers=nodes[0].bootstrap_servers)
     partition = KafkaTopicPartition("survive", 0)
     try:
@@ -146,4 +147,80 @@ def test_a_reassignment_survives_an_active_controller_sigkill(cluster_factory) -
     by_id[4].wait_ready(60)
     wait_until(
         lambda: partitions(survivors[0], "survive")[0]["replica_nodes"] == [2, 3, 4], timeout_s=60
+    )
+
+
+def test_a_throttled_reassignment_moves_at_the_throttled_rate(cluster_factory) -> None:
+    """``leader.replication.throttled.rate`` set on every broker with confluent-kafka's
+    IncrementalAlterConfigs (as kafka-reassign-partitions.sh --throttle does): a new replica copies ~3 MB at 500 KB/s, while acks=all writes to the in-sync
+    replicas go on unthrottled; the replicas end byte-identical."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    nodes = cluster_factory(4)
+    by_id = {node.node_id: node for node in nodes}
+    _create(nodes[0], "slow", [[1, 2, 3]], **{"min.insync.replicas": "2"})
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    # Small batches: an answer always carries one whole batch, whatever the bucket holds.
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "batch.size": 16384}
+    )
+    for number in range(3000):
+        producer.produce("slow", b"%04d" % number + b"x" * 1000, partition=0)
+    assert producer.flush(60) == 0
+
+    def throttle(value: str | None) -> None:
+        operation = AlterConfigOpType.SET if value else AlterConfigOpType.DELETE
+        entry = ConfigEntry(
+            "leader.replication.throttled.rate", value or "", incremental_operation=operation
+        )
+        resources = [
+            ConfigResource(ResourceType.BROKER, str(broker), incremental_configs=[entry])
+            for broker in by_id
+        ]
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for resource in resources:  # librdkafka takes one broker resource per call
+            for future in admin.incremental_alter_configs([resource]).values():
+                future.result(30)
+
+    throttle("500000")
+    admin = KafkaAdminClient(bootstrap_servers=nodes[0].bootstrap_servers)
+    partition = KafkaTopicPartition("slow", 0)
+    try:
+        started = time.monotonic()
+        assert admin.alter_partition_reassignments({partition: [2, 3, 4]}) == {partition: None}
+        # Writes go on meanwhile: the in-sync followers are not throttled.
+        delivered: list[object] = []
+        for number in range(50):
+            producer.produce(
+                "slow",
+                b"during-%02d" % number,
+                partition=0,
+                on_delivery=lambda e, _m: delivered.append(e),
+            )
+        assert producer.flush(30) == 0 and delivered == [None] * 50
+        wait_until(lambda: admin.list_partition_reassignments() == {}, timeout_s=60)
+        elapsed = time.monotonic() - started
+    finally:
+        admin.close()
+    throttle(None)
+    # ~3 MB at 500 KB/s with a one-second bucket that starts empty: about 6 s (unthrottled,
+    # the whole reassignment takes under 2 s here).
+    assert elapsed >= 4.0, f"the reassignment took {elapsed:.2f} s: not throttled"
+    assert partitions(nodes[0], "slow")[0]["replica_nodes"] == [2, 3, 4]
+    wait_until(
+        lambda: (
+            _log_bytes(by_id[2], "slow", 0)
+            == _log_bytes(by_id[3], "slow", 0)
+            == _log_bytes(by_id[4], "slow", 0)
+        ),
+        timeout_s=30,
     )
