@@ -130,7 +130,7 @@ class ApiKey(IntEnum):
 #: The versions this codec implements, per API key (inclusive ranges). A broker advertises
 #: these (or narrower ranges) in its ApiVersions response.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 9),
+    ApiKey.PRODUCE: (3, 10),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (0, 7),
     ApiKey.METADATA: (0, 12),

@@ -229,6 +229,9 @@ class KafkaApis(
             response = await self._describe_cluster(header, body, connection.listener)
         elif header.api_key == ApiKey.FIND_COORDINATOR:
             response = await self._find_coordinator(header, body, connection.listener)
+        elif header.api_key == ApiKey.PRODUCE:
+            # v10+ names the new leader of a moved partition on this listener (KIP-951).
+            response = await self._produce(header, body, connection.listener)
         else:
             response = await self._handlers[header.api_key](header, body)
         return response

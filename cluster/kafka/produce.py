@@ -1,5 +1,10 @@
 """Produce: appends as partition leader, with acks 0, 1 or all (``acks=all`` waits for the
-high watermark), ``min.insync.replicas`` and ``max.message.bytes`` checked first."""
+high watermark), ``min.insync.replicas`` and ``max.message.bytes`` checked first.
+
+A partition this broker does not lead is answered ``NOT_LEADER_OR_FOLLOWER``; from version 10
+on (KIP-951) the answer also names the leader this broker knows, with its epoch and its address
+on the client's listener, so the client sends the retry there without a metadata round trip
+(what a leadership move by a reassignment, a preferred election or a drain costs producers)."""
 
 from __future__ import annotations
 
@@ -28,11 +33,12 @@ class ProduceApis(KafkaApisBase):
     # -- Produce ------------------------------------------------------------------------------
 
     async def _produce(
-        self, header: RequestHeader, body: dict[str, Any]
+        self, header: RequestHeader, body: dict[str, Any], listener: str = ""
     ) -> dict[str, Any] | Deferred | None:
         """Append every batch (in the order requests arrive: nothing here awaits before the
         appends); acks=all answers with a ``Deferred`` response completed by replication."""
         acks = body["acks"]
+        new_leaders: set[int] = set()
         responses = []
         waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]] = []
         for topic_data in body["topic_data"]:
@@ -47,14 +53,19 @@ class ProduceApis(KafkaApisBase):
                     continue
                 found = self._replicas.partition_for_leader(name, index)
                 if isinstance(found, ErrorCode):
-                    partition_responses.append(_partition_result(index, found))
+                    result = _partition_result(index, found)
+                    if found == ErrorCode.NOT_LEADER_OR_FOLLOWER and header.api_version >= 10:
+                        self._name_current_leader(result, name, index, new_leaders)
+                    partition_responses.append(result)
                     continue
                 result, last_offset = self._append(found, partition_data["records"], acks)
                 partition_responses.append(result)
                 if acks == -1 and last_offset is not None:
                     waiting.append((result, found.add_delayed_produce(last_offset + 1)))
             responses.append({"name": name, "partition_responses": partition_responses})
-        response = {"responses": responses, "throttle_time_ms": 0}
+        response: dict[str, Any] = {"responses": responses, "throttle_time_ms": 0}
+        if new_leaders:
+            response["node_endpoints"] = self._node_endpoints(new_leaders, listener)
         if waiting:
             # Appended, in arrival order; the wait for the followers does not hold up the
             # connection's next requests (see cluster.kafka.server).
@@ -62,6 +73,33 @@ class ProduceApis(KafkaApisBase):
         if acks == 0:
             return None
         return response
+
+    def _name_current_leader(
+        self, result: dict[str, Any], topic: str, index: int, new_leaders: set[int]
+    ) -> None:
+        """KIP-951: add the partition's live leader (and epoch) to its error result."""
+        found = self._image.topics.get(topic)
+        if found is None or index >= len(found.partitions):
+            return
+        state = found.partitions[index]
+        if (
+            state.leader < 0
+            or state.leader == self._node_id
+            or not self._image.is_live(state.leader)
+        ):
+            return
+        result["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+        new_leaders.add(state.leader)
+
+    def _node_endpoints(self, broker_ids: set[int], listener: str) -> list[dict[str, Any]]:
+        endpoints = []
+        for broker_id in sorted(broker_ids):
+            registration = self._image.brokers[broker_id]
+            host, port = registration.endpoint(listener)
+            endpoints.append(
+                {"node_id": broker_id, "host": host, "port": port, "rack": registration.rack}
+            )
+        return endpoints
 
     def _replicated(
         self,

@@ -115,7 +115,11 @@ def test_restarted_broker_rejoins_and_regains_preferred_leadership(cluster_facto
     nodes = cluster_factory(3)
     assert create_topic(nodes[0], "home", 3, 3)["error_code"] == ErrorCode.NONE
     victim = nodes[2]
-    preferred = [p["partition_index"] for p in partitions(nodes[0], "home") if p["replica_nodes"][0] == victim.node_id]
+    preferred = [
+        p["partition_index"]
+        for p in partitions(nodes[0], "home")
+        if p["replica_nodes"][0] == victim.node_id
+    ]
     assert preferred
     victim.kill()
     wait_until(lambda: all(p["leader_id"] != victim.node_id for p in partitions(nodes[0], "home")))
@@ -152,6 +156,58 @@ def test_full_restart_keeps_topics_configs_and_assignments(cluster_factory) -> N
         answer = conn.request(
             ApiKey.DESCRIBE_CONFIGS,
             4,
-            {"resources": [{"resource_type": 2, "resource_name": "kept", "configuration_keys": ["retention.ms"]}]},
+            {
+                "resources": [
+                    {
+                        "resource_type": 2,
+                        "resource_name": "kept",
+                        "configuration_keys": ["retention.ms"],
+                    }
+                ]
+            },
         )
     assert answer["results"][0]["configs"][0]["value"] == "123456"
+
+
+def test_produce_to_a_follower_names_the_leader(cluster_factory) -> None:
+    """KIP-951: from Produce v10 on, NOT_LEADER_OR_FOLLOWER carries the current leader, its
+    epoch and its address, so a client retries there without asking for metadata; v9 answers
+    as before."""
+    from flux.protocol.api import ApiKey
+    from flux.protocol.records import build_batch
+    from flux.sdk.wire import KafkaConnection
+
+    from tests.integration.helpers import produce
+
+    nodes = cluster_factory(3)
+    assert create_topic(nodes[0], "moved", 1, 3)["error_code"] == ErrorCode.NONE
+    state = partitions(nodes[0], "moved")[0]
+    follower = next(node for node in nodes if node.node_id != state["leader_id"])
+    leader = next(node for node in nodes if node.node_id == state["leader_id"])
+    records = build_batch([(None, b"v", ())])
+    with KafkaConnection.from_bootstrap(follower.bootstrap_servers) as conn:
+        answer = conn.request(
+            ApiKey.PRODUCE,
+            10,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout_ms": 10000,
+                "topic_data": [
+                    {"name": "moved", "partition_data": [{"index": 0, "records": records}]}
+                ],
+            },
+        )
+        old = produce(conn, "moved", records, version=9)
+    result = answer["responses"][0]["partition_responses"][0]
+    assert result["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert result["current_leader"] == {
+        "leader_id": leader.node_id,
+        "leader_epoch": state["leader_epoch"],
+    }
+    host, port = leader.bootstrap_servers.rsplit(":", 1)
+    assert answer["node_endpoints"] == [
+        {"node_id": leader.node_id, "host": host, "port": int(port), "rack": None}
+    ]
+    assert old["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert old.get("current_leader", {}).get("leader_id", -1) == -1  # v9 has no such field
