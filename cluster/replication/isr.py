@@ -140,6 +140,8 @@ class IsrManager:
 
     async def _propose(self, proposals: list[tuple[Partition, tuple[int, ...]]]) -> None:
         states = [(partition, partition.state, isr) for partition, isr in proposals]
+        for partition, _, isr in states:
+            partition.propose_isr(isr)
         try:
             answer = await self._client.write(
                 "POST",
@@ -162,20 +164,27 @@ class IsrManager:
             )
         except ControllerUnavailableError as error:
             log.warning("%d ISR change(s) not delivered: %s", len(states), error)
-            for partition, _, _ in states:
+            for partition, state, _ in states:
                 self._proposed.pop((partition.topic, partition.index), None)
+                partition.proposal_failed(state)
             return
         answers = answer.get("partitions")
         if answer.get("error_code", 0) != 0 or not isinstance(answers, list):
             log.warning("ISR changes refused: %s", answer.get("error_message"))
+            for partition, state, _ in states:
+                partition.proposal_failed(state)
             return
         for (partition, state, isr), result in zip(states, answers, strict=False):
             name = f"{partition.topic}-{partition.index}"
             code = result.get("error_code", 0)
             if code == 0:
                 log.info("%s: ISR %s -> %s committed", name, list(state.isr), list(isr))
-            elif code not in (ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.FENCED_LEADER_EPOCH):
+                continue
+            partition.proposal_failed(state)
+            if code not in (ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.FENCED_LEADER_EPOCH):
                 log.warning("%s: ISR change refused: %s", name, result.get("error_message"))
+        for partition, state, _ in states[len(answers) :]:
+            partition.proposal_failed(state)  # not answered
 
 
 def _settled(partition: Partition) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +119,11 @@ class Partition:
     #: follower's position changes, so that the owner's periodic work (flush, checkpoints,
     #: ISR checks) visits the partitions that changed instead of every partition it hosts.
     on_change: Callable[[Partition], None] = _ignore_change
+    #: The ISR this leader proposed and the controller has not decided yet. Until it does, the
+    #: high watermark waits for its members too (Kafka's "maximal ISR", KIP-497): the commit
+    #: that adds a replica can also make it leader (a reassignment completing), so it must
+    #: already hold every record acknowledged while the proposal was in flight.
+    pending_isr: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         self.high_watermark = min(
@@ -148,6 +153,7 @@ class Partition:
         assert state.leader == self.broker_id
         assert state.leader_epoch >= self.state.leader_epoch, "leader epochs never go back"
         self.state = state
+        self.pending_isr = frozenset()
         self.is_leader = True
         self.epochs.assign(state.leader_epoch, self.log_end_offset)
         if self.dedup.covered_end < self.log_end_offset:
@@ -170,6 +176,7 @@ class Partition:
     def become_follower(self, state: PartitionState) -> None:
         assert state.leader_epoch >= self.state.leader_epoch, "leader epochs never go back"
         self.state = state
+        self.pending_isr = frozenset()
         self.is_leader = False
         self.notify_sessions(urgent=True)  # they answer NOT_LEADER_OR_FOLLOWER and forget it
         self.followers = {}
@@ -179,6 +186,8 @@ class Partition:
 
     def update_state(self, state: PartitionState) -> None:
         """A new ISR (or epochs) for the same role: the high watermark may move."""
+        if state.partition_epoch != self.state.partition_epoch:
+            self.pending_isr = frozenset()  # the proposal was decided (or overtaken)
         self.state = state
         if self.is_leader:
             for replica in state.replicas:
@@ -449,11 +458,13 @@ class Partition:
             self.wake_waiters()
 
     def maybe_advance_high_watermark(self) -> bool:
-        """High watermark = min log end offset over the ISR; it only moves forward."""
+        """High watermark = min log end offset over the ISR and the members of a proposed
+        ISR not yet decided (``pending_isr``); it only moves forward."""
         if not self.is_leader:
             return False
         candidate = self.log_end_offset
-        for replica in self.state.isr:
+        members = self.state.isr if not self.pending_isr else self.pending_isr | set(self.state.isr)
+        for replica in members:
             if replica == self.broker_id:
                 continue
             follower = self.followers.get(replica)
@@ -466,6 +477,17 @@ class Partition:
         self.notify_sessions(urgent=False)
         self.on_change(self)
         return True
+
+    def propose_isr(self, isr: Collection[int]) -> None:
+        """This leader is sending ``isr`` to the controller (see ``pending_isr``)."""
+        self.pending_isr = frozenset(isr)
+
+    def proposal_failed(self, state: PartitionState) -> None:
+        """The ISR proposed at ``state`` was refused or not delivered: the high watermark goes
+        by the ISR alone again (unless the state moved on meanwhile)."""
+        if self.state is state and self.pending_isr:
+            self.pending_isr = frozenset()
+            self.maybe_advance_high_watermark()
 
     def add_delayed_produce(self, required_offset: int) -> asyncio.Future[ErrorCode]:
         future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
