@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-__all__ = ["LivenessProber", "ProbeTarget", "port_refuses"]
+__all__ = ["LivenessProber", "ProbeTarget", "connect", "port_refuses"]
 
 log = logging.getLogger("flux.controller.liveness")
 
@@ -54,20 +54,26 @@ class ProbeTarget:
     port: int
 
 
-async def port_refuses(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """True if a TCP connect to ``host:port`` is refused (nothing listens there); False if it
-    is accepted, times out, or fails any other way (which proves nothing)."""
+async def connect(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """One TCP connect to ``host:port``, closed at once: ``"accepted"``, ``"refused"``
+    (nothing listens there) or ``"silent"`` (timed out, unreachable: proves nothing)."""
     try:
         async with asyncio.timeout(timeout_s):
             _, writer = await asyncio.open_connection(host, port)
     except ConnectionRefusedError:
-        return True
+        return "refused"
     except (OSError, TimeoutError):
-        return False
+        return "silent"
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
-    return False
+    return "accepted"
+
+
+async def port_refuses(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """True if a TCP connect to ``host:port`` is refused (nothing listens there); False if it
+    is accepted, times out, or fails any other way (which proves nothing)."""
+    return await connect(host, port, timeout_s) == "refused"
 
 
 class LivenessProber:

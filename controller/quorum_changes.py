@@ -38,6 +38,7 @@ from flux.protocol.errors import ErrorCode
 from . import membership
 from .errors import NotControllerError, ProposalTimeoutError, QuorumError
 from .handlers import ControllerResult
+from .liveness import connect
 from .membership import MembershipPlan, MembershipRefused, VoterAddress
 from .records import QuorumVoters
 
@@ -299,12 +300,4 @@ def _describe(voter: VoterAddress) -> str:
 
 
 async def _accepts_connections(host: str, port: int) -> bool:
-    try:
-        async with asyncio.timeout(PROBE_TIMEOUT_S):
-            _, writer = await asyncio.open_connection(host, port)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
+    return await connect(host, port, PROBE_TIMEOUT_S) == "accepted"
