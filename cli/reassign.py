@@ -3,14 +3,18 @@
 fluxctl partition reassign --plan FILE [--wait]     Kafka's reassignment JSON
 fluxctl partition reassignments [--json]            the running ones
 fluxctl partition cancel TOPIC PARTITION            cancel one
-fluxctl cluster rebalance [--dry-run] [--exclude N ...] [--throttle 50MB] [--wait] [--json]
+fluxctl cluster rebalance [--dry-run] [--exclude N ...] [--no-bytes] [--throttle 50MB] [--wait]
+                          [--json]
 fluxctl cluster throttle [RATE | --clear]           the reassignment throttle
 
 The plan file is Kafka's (``kafka-reassign-partitions.sh``): ``{"version": 1, "partitions":
 [{"topic": "t", "partition": 0, "replicas": [2, 3, 4]}, ...]}`` (a null ``replicas`` cancels).
 ``rebalance`` computes such a plan with ``flux.controller.rebalance.plan_moves`` from the
-cluster's metadata (replicas and preferred leaders evened out over the live brokers;
-``--exclude`` drains brokers), prints it as a table, and unless ``--dry-run`` submits it;
+cluster's metadata (replicas, preferred leaders and bytes evened out over the live brokers,
+each partition spread over as many racks as it can; ``--exclude`` drains brokers), with each
+partition's size from DescribeLogDirs (the largest of its replicas; ``--no-bytes`` skips it and
+weighs every replica the same), prints it as a table with the bytes each move copies, and
+unless ``--dry-run`` submits it;
 ``--wait`` follows the reassignments with a progress bar until none runs. Every command takes
 ``--bootstrap`` and the client options of the other client commands (``flux.cli._sdk``).
 
@@ -24,18 +28,20 @@ stays until ``fluxctl cluster throttle --clear``.
 
 JSON shapes: ``reassignments`` -> ``{"reassignments": [{"topic", "partition", "replicas",
 "adding", "removing"}]}``; ``rebalance --json`` / ``reassign --json`` -> ``{"moves":
-[{"topic", "partition", "replicas", "target"}], "errors": {"topic-partition": message}}``.
+[{"topic", "partition", "replicas", "target"}], "errors": {"topic-partition": message}}``
+(``rebalance`` without ``--no-bytes`` adds ``"bytes"`` to each move: what it copies).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
-from flux.controller.rebalance import Move, plan_moves
+from flux.controller.rebalance import Move, bytes_to_copy, plan_moves
 from flux.sdk.admin import Admin
 from flux.sdk.security import ClientSecurity
 
@@ -147,41 +153,49 @@ def _wait(admin: Admin, total: int) -> None:
     raise click.ClickException(f"reassignments still running after {WAIT_MAX_S:g} s")
 
 
-def _print_moves(moves: list[Move], errors: dict[str, str], as_json: bool) -> None:
+def _print_moves(
+    moves: list[Move],
+    errors: dict[str, str],
+    as_json: bool,
+    sizes: Mapping[tuple[str, int], int] | None = None,
+) -> None:
+    """The moves as JSON or a table; with ``sizes``, the bytes each move copies too."""
+    copied = [None if sizes is None else bytes_to_copy(m, sizes) for m in moves]
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "moves": [
-                        {
-                            "topic": m.topic,
-                            "partition": m.partition,
-                            "replicas": list(m.replicas),
-                            "target": list(m.target),
-                        }  # fmt: skip
-                        for m in moves
-                    ],
-                    "errors": errors,
-                }
-            )
-        )
+        rows: list[dict[str, Any]] = [
+            {
+                "topic": m.topic,
+                "partition": m.partition,
+                "replicas": list(m.replicas),
+                "target": list(m.target),
+            }  # fmt: skip
+            for m in moves
+        ]
+        if sizes is not None:
+            for row, size in zip(rows, copied, strict=True):
+                row["bytes"] = size
+        click.echo(json.dumps({"moves": rows, "errors": errors}))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("topic", "partition", "replicas", "target", "result")
-    for move in moves:
+    columns = ["topic", "partition", "replicas", "target"]
+    table = Table(*columns, *(["bytes"] if sizes is not None else []), "result")
+    for move, size in zip(moves, copied, strict=True):
         key = f"{move.topic}-{move.partition}"
         table.add_row(
             move.topic,
             str(move.partition),
             ",".join(map(str, move.replicas)),
             ",".join(map(str, move.target)),
+            *([str(size)] if size is not None else []),
             errors.get(key, ""),
         )
     Console().print(table)
     if not moves:
         click.echo("nothing to move")
+    elif sizes is not None:
+        click.echo(f"{sum(s or 0 for s in copied)} bytes to copy")
 
 
 @partition.command("reassign")
@@ -265,6 +279,11 @@ def cancel(
 @click.option(
     "--exclude", "excluded", multiple=True, type=int, help="a broker to drain (repeatable)"
 )
+@click.option(
+    "--no-bytes",
+    is_flag=True,
+    help="weigh every replica the same: do not ask the brokers for partition sizes",
+)
 @click.option("--wait", is_flag=True, help="follow the reassignments until they completed")
 @_rate_option
 @client_options
@@ -272,6 +291,7 @@ def cancel(
 def rebalance(
     dry_run: bool,
     excluded: tuple[int, ...],
+    no_bytes: bool,
     wait: bool,
     rate: str | None,
     bootstrap: str | None,
@@ -279,15 +299,30 @@ def rebalance(
     security: ClientSecurity,
     as_json: bool,
 ) -> None:
-    """Even out replicas and preferred leaders over the live brokers (``--exclude`` drains
-    brokers): print the plan and submit it."""
+    """Even out replicas, preferred leaders and bytes over the live brokers, each partition
+    over as many racks as it can (``--exclude`` drains brokers): print the plan and submit
+    it."""
     with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
-        live = [broker.node_id for broker in admin.describe_cluster().brokers]
+        brokers = admin.describe_cluster().brokers
+        live = [broker.node_id for broker in brokers]
+        racks = {broker.node_id: broker.rack for broker in brokers}
         current: dict[tuple[str, int], tuple[int, ...]] = {}
         for name in admin.list_topics():
             for item in admin.describe_topic(name).partitions:
                 current[(name, item.partition)] = tuple(item.replicas)
-        moves = plan_moves(current, live, exclude=excluded)
+        # A partition being reassigned lists its leaving replicas too: plan with where it is
+        # going (so the load counts are right and no plan grows its replication factor) and
+        # leave it alone (its running reassignment is not replaced).
+        running = admin.list_partition_reassignments()
+        for key, state in running.items():
+            if key in current:
+                current[key] = tuple(r for r in current[key] if r not in state["removing"])
+        sizes = None if no_bytes else _partition_sizes(admin, current)
+        moves = [
+            move
+            for move in plan_moves(current, live, exclude=excluded, racks=racks, sizes=sizes)
+            if (move.topic, move.partition) not in running
+        ]
         errors: dict[str, Any] = {}
         throttle_rate = parse_rate(rate) if rate is not None else None
         submit = bool(moves) and not dry_run
@@ -295,13 +330,27 @@ def rebalance(
             _set_throttle(admin, throttle_rate)
         if submit:
             errors = _submit(admin, [(m.topic, m.partition, list(m.target)) for m in moves])
-        _print_moves(moves, errors, as_json)
+        _print_moves(moves, errors, as_json, sizes)
         if submit and wait:
             _wait(admin, len(moves))
         if submit:
             _after_moves(admin, throttle_rate, wait, as_json)
     if errors:
         raise SystemExit(1)
+
+
+def _partition_sizes(
+    admin: Admin, current: Mapping[tuple[str, int], tuple[int, ...]]
+) -> dict[tuple[str, int], int]:
+    """Each partition's size: the largest of its replicas (DescribeLogDirs to every broker; a
+    follower behind its leader holds less, and a broker that cannot be reached tells
+    nothing)."""
+    sizes = dict.fromkeys(current, 0)
+    for replicas in admin.describe_log_dirs().values():
+        for key, size in replicas.items():
+            if key in sizes:
+                sizes[key] = max(sizes[key], size)
+    return sizes
 
 
 def _after_moves(admin: Admin, rate: int | None, waited: bool, as_json: bool) -> None:

@@ -65,7 +65,9 @@ from .cluster_client import COORDINATOR_RETRY_CODES, LEADER_RETRY_CODES, Cluster
 from .consumer_protocol import decode_assignment
 from .errors import (
     ConfigurationError,
+    FluxConnectionError,
     FluxError,
+    FluxTimeoutError,
     GroupNotEmptyError,
     KafkaError,
     LeaderNotAvailableError,
@@ -710,6 +712,26 @@ class AsyncAdmin:
                 answers[partition][broker] = offset
         return answers
 
+    async def describe_log_dirs(
+        self, brokers: Iterable[int] | None = None
+    ) -> dict[int, dict[tuple[str, int], int]]:
+        """Broker id -> {(topic, partition) -> bytes of that broker's replica}: DescribeLogDirs
+        (Kafka's API 35) to each of ``brokers`` (default: every broker in the metadata), the
+        log directories of a broker summed, future replicas and directories in error left
+        out. A broker that cannot be reached is left out; a broker's error (such as a refused
+        authorization) is raised."""
+        await self.client.refresh()
+        chosen = sorted(self.client.metadata.snapshot.brokers if brokers is None else brokers)
+        sizes: dict[int, dict[tuple[str, int], int]] = {}
+        for broker in chosen:
+            try:
+                sizes[broker] = await self.client.send_once(
+                    broker, ApiKey.DESCRIBE_LOG_DIRS, {"topics": None}, _read_log_dir_sizes
+                )
+            except (FluxConnectionError, FluxTimeoutError):
+                continue
+        return sizes
+
     # -- consumer groups -------------------------------------------------------------------
 
     async def list_groups(self) -> list[GroupListing]:
@@ -1111,6 +1133,11 @@ class Admin:
     def replica_log_end_offsets(self, topic: str) -> dict[int, dict[int, int | None]]:
         return self._loop.run(self._async.replica_log_end_offsets(topic))
 
+    def describe_log_dirs(
+        self, brokers: Iterable[int] | None = None
+    ) -> dict[int, dict[tuple[str, int], int]]:
+        return self._loop.run(self._async.describe_log_dirs(brokers))
+
     def list_groups(self) -> list[GroupListing]:
         return self._loop.run(self._async.list_groups())
 
@@ -1217,6 +1244,21 @@ def _read_offsets_lenient(response: dict[str, Any], version: int) -> dict[int, i
         for result in topic["partitions"]
         if result["error_code"] == 0
     }
+
+
+def _read_log_dir_sizes(response: dict[str, Any], version: int) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> bytes, summed over the log directories that answered."""
+    _raise_for(response.get("error_code", 0), context="DescribeLogDirs")
+    sizes: dict[tuple[str, int], int] = {}
+    for result in response["results"]:
+        if result["error_code"] != 0:
+            continue  # an offline directory: its replicas are not readable there
+        for topic in result["topics"]:
+            for partition in topic["partitions"]:
+                if not partition["is_future_key"]:
+                    key = (topic["name"], partition["partition_index"])
+                    sizes[key] = sizes.get(key, 0) + partition["partition_size"]
+    return sizes
 
 
 def _read_offsets(response: dict[str, Any], version: int) -> dict[int, int]:

@@ -67,6 +67,9 @@ CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = MappingProxyType(
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.UNREGISTER_BROKER: (0, 0),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        # Partition sizes for the rebalance planner (Admin.describe_log_dirs); Kafka 4 dropped
+        # v0, and v1 reads the same.
+        ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
         # Consumer groups (flux.sdk.groups and Admin): FindCoordinator v4 batches keys,
         # JoinGroup v4+ answers MEMBER_ID_REQUIRED, OffsetFetch v8 nests groups (not used).
         ApiKey.FIND_COORDINATOR: (1, 4),

@@ -41,13 +41,24 @@ def _replicas(node, topic: str) -> dict[int, list[int]]:
 
 
 def test_rebalance_reassign_and_drain(cluster_factory, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
     nodes = cluster_factory(4)
     bootstrap = nodes[0].bootstrap_servers
     # Six partitions on brokers 1-3 only; broker 4 holds nothing yet.
     _create(nodes[0], "spread", [[1, 2], [2, 3], [3, 1], [1, 2], [2, 3], [3, 1]])
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(60):
+        producer.produce("spread", value=b"x" * 100, partition=i % 6)
+    assert producer.flush(30) == 0
     planned = json.loads(run(bootstrap, "rebalance", "--dry-run", "--json").output)
     assert planned["errors"] == {} and planned["moves"]
     assert all(4 in move["target"] for move in planned["moves"])
+    # Partition sizes come from DescribeLogDirs: each move copies its ten records.
+    assert all(move["bytes"] > 10 * 100 for move in planned["moves"])
+    by_counts = json.loads(run(bootstrap, "rebalance", "--dry-run", "--no-bytes", "--json").output)
+    assert all("bytes" not in move for move in by_counts["moves"])
+    assert len(by_counts["moves"]) == len(planned["moves"])
     assert _replicas(nodes[0], "spread")[0] == [1, 2]  # a dry run moves nothing
     # Throttled while it runs; --wait removes the throttle once every move completed.
     run(bootstrap, "rebalance", "--wait", "--json", "--throttle", "50MB")

@@ -92,6 +92,17 @@ def test_reassignment_under_idempotent_load(cluster_factory) -> None:
     wait_until(lambda: not (by_id[1].data_dir / "moving-0").exists(), timeout_s=30)
 
 
+def _rebalance_plan(bootstrap: str) -> dict:
+    import json
+
+    from click.testing import CliRunner
+    from flux.cli.reassign import rebalance
+
+    result = CliRunner().invoke(rebalance, ["--dry-run", "--json", "--bootstrap", bootstrap])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output.strip().splitlines()[-1])
+
+
 def test_a_reassignment_that_cannot_finish_is_listed_then_cancelled(cluster_factory) -> None:
     from kafka import KafkaAdminClient
     from kafka import TopicPartition as KafkaTopicPartition
@@ -110,6 +121,11 @@ def test_a_reassignment_that_cannot_finish_is_listed_then_cancelled(cluster_fact
         assert listed == {
             partition: {"replicas": [2, 3, 4, 1], "adding_replicas": [4], "removing_replicas": [1]}
         }
+        # A rebalance meanwhile leaves the running reassignment alone, and never plans from its
+        # four-replica list (which would grow the replication factor).
+        planned = _rebalance_plan(nodes[0].bootstrap_servers)
+        assert all(move["topic"] != "stuck" for move in planned["moves"]), planned
+        assert all(len(move["target"]) <= 3 for move in planned["moves"]), planned
         assert admin.alter_partition_reassignments({partition: None}) == {partition: None}
         wait_until(lambda: admin.list_partition_reassignments() == {})
         assert sorted(partitions(nodes[0], "stuck")[0]["replica_nodes"]) == [1, 2, 3]
