@@ -433,6 +433,10 @@ class DockerCluster:
             return False
         self._compose(["down", "--remove-orphans", *(["--volumes"] if volumes else [])], {})
         if volumes:
+            # Compose removes the volumes of its file; a node added by `fluxctl cluster
+            # add-node --docker` has one of the project's too.
+            for name in self._volume_names():
+                self.client.volumes.get(name).remove(force=True)
             self.state_path.unlink(missing_ok=True)
         return True
 
@@ -558,17 +562,25 @@ class DockerCluster:
             running = container.status == "running"
             health = container.attrs["State"].get("Health", {}).get("Status")
             connected = self._connected(container)
-            http = f"127.0.0.1:{ports.controller_http(node_id)}"
-            controller = controller_status(http, ca_file=ca_file) if running and connected else None
+            # A broker-only node added by `fluxctl cluster add-node --docker` has its own roles
+            # and ports: read both from the container, the compose layout as the fallback.
+            roles = _container_roles(container)
+            published = _published_ports(container)
+            http = None
+            if "controller" in roles:
+                http = f"127.0.0.1:{published.get(9094, ports.controller_http(node_id))}"
+            controller = (
+                controller_status(http, ca_file=ca_file) if http and running and connected else None
+            )
             nodes.append(
                 {
                     "id": node_id,
                     "pid": container.attrs["State"].get("Pid") or None,
-                    "kafka": f"127.0.0.1:{ports.kafka(node_id)}",
+                    "kafka": f"127.0.0.1:{published.get(19092, ports.kafka(node_id))}",
                     "internal_kafka": f"flux{node_id}:9092",
                     "http": http,
-                    "broker_http": f"127.0.0.1:{ports.broker_http(node_id)}",
-                    "roles": ["broker", "controller"],
+                    "broker_http": f"127.0.0.1:{published.get(8080, ports.broker_http(node_id))}",
+                    "roles": roles,
                     "container": container.name,
                     "state": container.status,
                     "connected": connected,
@@ -659,6 +671,25 @@ class DockerCluster:
     def _save_state(self, state: dict[str, Any]) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         self.state_path.write_text(json.dumps(state, indent=2))
+
+
+def _container_roles(container: Any) -> list[str]:
+    """``FLUX_NODE__ROLES`` of a node container (the compose nodes': broker and controller)."""
+    for item in container.attrs["Config"].get("Env") or []:
+        name, _, value = item.partition("=")
+        if name == "FLUX_NODE__ROLES":
+            return [role.strip() for role in value.split(",") if role.strip()]
+    return ["broker", "controller"]
+
+
+def _published_ports(container: Any) -> dict[int, int]:
+    """Container port -> the host port it is published on (as created, running or not)."""
+    bindings = container.attrs["HostConfig"].get("PortBindings") or {}
+    published = {}
+    for port, hosts in bindings.items():
+        if hosts and hosts[0].get("HostPort"):
+            published[int(port.partition("/")[0])] = int(hosts[0]["HostPort"])
+    return published
 
 
 def free_base_port(host_ports_from: int = 20000, host_ports_to: int | None = None) -> int:

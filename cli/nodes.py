@@ -1,7 +1,8 @@
 """``fluxctl cluster add-node`` and ``fluxctl cluster remove-node``: grow and shrink a cluster.
 
-fluxctl cluster add-node [--id N] [--data-dir DIR] [--json]
+fluxctl cluster add-node [--id N] [--data-dir DIR] [--json] [--docker [--project P]]
 fluxctl cluster remove-node N [--data-dir DIR] [--drain-timeout S] [--bootstrap ...] [--json]
+                              [--docker [--project P]]
 
 **add-node** starts one more *broker-only* node next to the local cluster of ``fluxctl cluster
 up`` (the cluster in ``--data-dir``). Its config is derived from a running node's
@@ -50,7 +51,9 @@ with ``Error: ...`` for a refusal, an SDK error or a timeout. ``--json`` prints
 ``{"node", "moves": [{"topic", "partition", "replicas", "target"}], "drained", "stopped",
 "unregistered"}``.
 
-Docker clusters (``--docker``) are not supported by either command: see ``DOCKER_UNSUPPORTED``.
+With ``--docker [--project P]`` both commands work on the docker cluster of ``fluxctl cluster
+up --docker`` instead: add-node starts a broker-only container, remove-node drains as above and
+then stops and removes the container if add-node started it (``flux.cli.docker_nodes``).
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ import json
 import socket
 import time
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +77,6 @@ from flux.sdk.security import ClientSecurity, load_client_properties
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
 
 __all__ = [
-    "DOCKER_UNSUPPORTED",
     "add_node",
     "broker_node_sections",
     "drain",
@@ -89,17 +92,6 @@ UNREGISTER_WAIT_S = 60.0
 UNREGISTER_POLL_S = 0.25
 #: A broker whose Kafka port answers a TCP connect within this long is taken as running.
 REACHABLE_TIMEOUT_S = 1.0
-
-DOCKER_UNSUPPORTED = (
-    "--docker: adding and removing nodes works on local clusters only. The docker cluster is "
-    "the fixed 3 services of docker-compose.cluster.yml (flux1..flux3): fluxctl finds nodes by "
-    "their compose service names, publishes the ports of exactly those three, and a --secure "
-    "docker cluster's node certificate names only flux1..flux3. Run more brokers with a "
-    "compose override file that adds a service (FLUX_NODE__ROLES=broker, the same "
-    "FLUX_CONTROLLER__VOTERS and FLUX_CLUSTER_SECRET, a new FLUX_NODE__ID), then use "
-    "`fluxctl cluster rebalance` and `fluxctl cluster remove-node N --bootstrap ...` as for any "
-    "cluster (remove-node drains and unregisters it; stop its container yourself)."
-)
 
 
 # -- add-node -------------------------------------------------------------------------------
@@ -492,7 +484,15 @@ _dir_option = click.option(
     type=click.Path(file_okay=False),
     help="where configs, data and logs of the local cluster live",
 )
-_docker_option = click.option("--docker", is_flag=True, help="refused: see the command's help")
+_docker_option = click.option(
+    "--docker", is_flag=True, help="the docker cluster of `fluxctl cluster up --docker`"
+)
+_project_option = click.option(
+    "--project",
+    default="flux",
+    show_default=True,
+    help="--docker: compose project name of the docker cluster",
+)
 
 
 @click.command("add-node")
@@ -501,21 +501,34 @@ _docker_option = click.option("--docker", is_flag=True, help="refused: see the c
 @click.option("--timeout", default=60.0, show_default=True, help="seconds to wait for readiness")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @_docker_option
+@_project_option
 def add_node_command(
-    cluster_dir: str, node_id: int | None, timeout: float, as_json: bool, docker: bool
+    cluster_dir: str,
+    node_id: int | None,
+    timeout: float,
+    as_json: bool,
+    docker: bool,
+    project: str,
 ) -> None:
     """Start one more broker-only node that joins the local cluster (same voters, secret and
     security settings) and print its id and address; `fluxctl cluster rebalance` then moves
-    partitions onto it. Not for --docker clusters (the docs say how to grow those)."""
+    partitions onto it.
+
+    With --docker: a broker-only container in the docker cluster's compose project (same
+    image, network and settings; its own volume and published ports). Refused for a --secure
+    docker cluster (its certificate names only flux1..flux3)."""
     if docker:
-        raise click.ClickException(DOCKER_UNSUPPORTED)
-    entry = add_node(Path(cluster_dir).resolve(), node_id=node_id, timeout_s=timeout)
+        entry = _add_docker_node(cluster_dir, project, node_id=node_id, timeout_s=timeout)
+        where = f"container {entry['container']}, internal {entry['internal_kafka']}"
+    else:
+        entry = add_node(Path(cluster_dir).resolve(), node_id=node_id, timeout_s=timeout)
+        where = f"pid {entry['pid']}"
     if as_json:
         click.echo(json.dumps({"added": entry["id"], **entry}))
         return
     click.echo(
         f"node {entry['id']} (broker) is up: Kafka {entry['kafka']}, HTTP {entry['broker_http']}, "
-        f"pid {entry['pid']}"
+        f"{where}"
     )
     click.echo("it holds no partitions yet: run `fluxctl cluster rebalance --wait` to move some")
 
@@ -532,6 +545,7 @@ def add_node_command(
     help="seconds the replicas may take to move off the broker",
 )
 @_docker_option
+@_project_option
 @client_options
 @json_option
 def remove_node_command(
@@ -539,6 +553,7 @@ def remove_node_command(
     cluster_dir: str,
     drain_timeout_s: float,
     docker: bool,
+    project: str,
     bootstrap: str | None,
     timeout_s: float,
     security: ClientSecurity,
@@ -546,22 +561,37 @@ def remove_node_command(
 ) -> None:
     """Drain broker N (move every replica and leadership off it, with a progress bar), stop it
     if it is a node of the local cluster, and unregister it. Refuses a controller voter and a
-    removal that would leave a topic with fewer live brokers than its replication factor."""
+    removal that would leave a topic with fewer live brokers than its replication factor.
+
+    With --docker: the same in the docker cluster; a broker container that `add-node --docker`
+    started is stopped and removed with its volume once drained."""
     import flux.cli.main as cli
 
-    if docker:
-        raise click.ClickException(DOCKER_UNSUPPORTED)
     root = Path(cluster_dir).resolve()
-    state = cli._load_state(root)
-    with sdk_errors(), _admin_for(bootstrap, timeout_s, security, state) as admin:
-        result = remove_node(
-            admin,
+    if docker:
+        result = _remove_docker_node(
+            cluster_dir,
+            project,
             broker_id,
-            root=root if state is not None else None,
-            local_cluster=state is not None and bootstrap is None,
+            bootstrap=bootstrap,
+            timeout_s=timeout_s,
+            security=security,
             drain_timeout_s=drain_timeout_s,
             show_progress=not as_json,
         )
+        where = f"docker cluster {project!r}"
+    else:
+        state = cli._load_state(root)
+        with sdk_errors(), _admin_for(bootstrap, timeout_s, security, state) as admin:
+            result = remove_node(
+                admin,
+                broker_id,
+                root=root if state is not None else None,
+                local_cluster=state is not None and bootstrap is None,
+                drain_timeout_s=drain_timeout_s,
+                show_progress=not as_json,
+            )
+        where = f"local cluster in {root}"
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -572,7 +602,57 @@ def remove_node_command(
         click.echo(f"broker {broker_id} {stopped}unregistered: it is no longer in the cluster")
     else:
         click.echo(
-            f"broker {broker_id} is drained but still running, and it is not a node of the local "
-            f"cluster in {root}: stop its process, then run `fluxctl cluster remove-node "
+            f"broker {broker_id} is drained but still running, and it is not a node fluxctl "
+            f"started in the {where}: stop its process, then run `fluxctl cluster remove-node "
             f"{broker_id}` again to unregister it"
         )
+
+
+def _add_docker_node(
+    cluster_dir: str, project: str, *, node_id: int | None, timeout_s: float
+) -> dict[str, Any]:
+    import flux.cli.main as cli
+    from flux.cli.docker_nodes import add_docker_node
+
+    with cli._docker_errors(), sdk_errors(), _docker_api_errors():
+        return add_docker_node(
+            cli._docker_cluster(cluster_dir, project), node_id=node_id, timeout_s=timeout_s
+        )
+
+
+def _remove_docker_node(
+    cluster_dir: str,
+    project: str,
+    broker_id: int,
+    *,
+    bootstrap: str | None,
+    timeout_s: float,
+    security: ClientSecurity,
+    drain_timeout_s: float,
+    show_progress: bool,
+) -> dict[str, Any]:
+    import flux.cli.main as cli
+    from flux.cli.docker_nodes import docker_admin, remove_docker_node
+
+    with cli._docker_errors(), sdk_errors(), _docker_api_errors():
+        cluster = cli._docker_cluster(cluster_dir, project)
+        with docker_admin(cluster, bootstrap, timeout_s, security) as admin:
+            return remove_docker_node(
+                admin,
+                cluster,
+                broker_id,
+                drain_timeout_s=drain_timeout_s,
+                show_progress=show_progress,
+            )
+
+
+@contextmanager
+def _docker_api_errors() -> Iterator[None]:
+    """An error of the Docker engine (e.g. a port taken meanwhile) ends the command with its
+    message, as ``DockerError`` does."""
+    from docker.errors import DockerException
+
+    try:
+        yield
+    except DockerException as error:
+        raise click.ClickException(f"docker: {error}") from None

@@ -199,7 +199,9 @@ def _high_watermark(consumer: confluent_kafka.Consumer, partition: Any) -> int:
             return int(consumer.get_watermark_offsets(partition, timeout=10)[1])
         except confluent_kafka.KafkaException as exception:
             error = exception.args[0]
-            transient = error.retriable() or error.code() == confluent_kafka.KafkaError._DESTROY_BROKER
+            transient = (
+                error.retriable() or error.code() == confluent_kafka.KafkaError._DESTROY_BROKER
+            )
             if not transient or time.monotonic() > deadline:
                 raise
 
@@ -217,9 +219,7 @@ def _end_offset(bootstrap: str, topic: str, partition: int) -> int:
         consumer.close()
 
 
-def _read_partition(
-    bootstrap: str, topic: str, partition: int, at_least: int = 0
-) -> list[bytes]:
+def _read_partition(bootstrap: str, topic: str, partition: int, at_least: int = 0) -> list[bytes]:
     """Every value of ``topic``/``partition`` up to its high watermark, once this consumer
     sees it at ``at_least`` or more (a leader just elected may still answer with the high
     watermark it knew as a follower, and another client may have asked the old leader)."""
@@ -429,6 +429,55 @@ def test_partitioned_leader_loses_leadership_and_rejoins_truncated(cluster: Clus
     values = _read_partition(cluster.bootstrap, topic, partition, at_least=100)
     assert not [v for v in values if v.startswith(b"divergent-")], values[-10:]
     assert values == [b"before-%d" % i for i in range(50)] + after
+
+
+def _replicas_on(bootstrap: str, broker_id: int) -> int:
+    """How many partition replicas of every topic ``broker_id`` holds, as the metadata says."""
+    topics = _admin(bootstrap).list_topics(timeout=10).topics.values()
+    return sum(broker_id in p.replicas for t in topics for p in t.partitions.values())
+
+
+def test_add_node_gets_replicas_on_rebalance_and_remove_node_takes_it_out(
+    cluster: Cluster,
+) -> None:
+    """Issue 19: a broker-only container joins, a rebalance gives it replicas, remove-node
+    drains it, removes its container and volume and unregisters it (the cluster is left with
+    its 3 nodes for the tests after this one)."""
+    client = docker.from_env()
+    label = f"com.docker.compose.project={cluster.project}"
+    added = json.loads(cluster.ctl("add-node", "--json").stdout)
+    assert added["added"] == 4 and added["roles"] == ["broker"] and added["healthy"], added
+    assert added["kafka"] == f"127.0.0.1:{cluster.base_port + 3}"
+    assert [node["id"] for node in cluster.status()["nodes"]] == [1, 2, 3, 4]
+    assert cluster.container(4).labels["io.flux.added-node"] == "4"
+    try:
+        _create_topic(cluster.bootstrap, "grow-test", partitions=6)
+        fluxctl("cluster", "rebalance", "--wait", "--bootstrap", cluster.bootstrap)
+        _wait(lambda: _replicas_on(cluster.bootstrap, 4) > 0, 30, "replicas on broker 4")
+        # Host clients reach it through its published EXTERNAL listener.
+        producer = AckedProducer(cluster.bootstrap)
+        values = [b"grow-%d" % i for i in range(60)]
+        for i, value in enumerate(values):
+            producer.send("grow-test", value, i % 6)
+        producer.flush()
+        assert producer.acked == set(values) and not producer.failed
+        voter = cluster.ctl("remove-node", "1", check=False)
+        assert voter.returncode != 0 and "controller voter" in voter.stderr, voter.stderr
+    finally:
+        removed = json.loads(cluster.ctl("remove-node", "4", "--json").stdout)
+    assert removed["drained"] and removed["stopped"] and removed["unregistered"], removed
+    assert removed["moves"], "broker 4 held replicas, so the drain moved some"
+    service = "com.docker.compose.service=flux4"
+    assert client.containers.list(all=True, filters={"label": [label, service]}) == []
+    assert len(client.volumes.list(filters={"label": label})) == 3
+    _wait(
+        lambda: sorted(_admin(cluster.bootstrap).list_topics(timeout=10).brokers) == [1, 2, 3],
+        30,
+        "broker 4 gone from the metadata",
+    )
+    assert _replicas_on(cluster.bootstrap, 4) == 0
+    read = [v for p in range(6) for v in _read_partition(cluster.bootstrap, "grow-test", p)]
+    assert sorted(read) == sorted(values)
 
 
 def test_fluxctl_build_image_reuses_an_up_to_date_image(cluster: Cluster) -> None:
