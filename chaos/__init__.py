@@ -5,7 +5,9 @@ anomalies it finds.
 Modules: ``history`` (ops, JSON Lines), ``clients`` and ``workloads`` (confluent-kafka and
 ``flux.sdk`` drivers; ``group_member`` runs one group member per process), ``nemesis`` (the
 ``ClusterControl`` interface backends implement, schedules, the executor), ``scenarios``,
-``checker``, ``report`` and ``runner`` (``run_scenario``, the entry point of pytest and
-``fluxctl chaos``). ``flux.chaos`` imports only ``flux.sdk`` and ``flux.protocol`` of ours: the
-process backend that drives local node processes lives in ``flux.cli.chaos``.
+``checker``, ``replicas`` (every replica's log read back after a run), ``report`` and
+``runner`` (``run_scenario``, the entry point of pytest and ``fluxctl chaos``). ``flux.chaos``
+imports only ``flux.sdk`` and ``flux.protocol`` of ours: the process backend that drives local
+node processes lives in ``flux.cli.chaos``, and the nemesis's planner rebalance runs
+``fluxctl cluster rebalance`` as a child process rather than importing the controller.
 """

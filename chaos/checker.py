@@ -19,6 +19,9 @@ f                       value
 ``final-read``          ``ok`` ``{"high_watermarks": [[p, hw], ...]}`` once the final reader
                         (whose records are ordinary ``poll`` ops) read every partition to its
                         high watermark after the faults healed
+``replicas``            ``ok`` (process ``replica-checker``, ``flux.chaos.replicas``): what every
+                        replica of every partition held after the faults healed, per replica
+                        its log end offset, record count and ``records_digest``
 ``crash``               ``info``: the process died (its last op, if open, is ``info``)
 ``txn``, ``txn-poll``,  the transactional workload's (``txn_workload``), checked by
 ``txn-final-read``      ``txn_checker``: ``txn-aborted-read`` (G1a), ``txn-intermediate-read``
@@ -30,7 +33,10 @@ nemesis ops             process ``nemesis``: ``kill``, ``pause``, ``restart``, .
 Detectors, one per anomaly (``ANOMALIES``); each returns examples with the values and op
 indexes that show it:
 
-* ``lost-write``: an acknowledged send never read, although a later offset of its partition was.
+* ``lost-write``: an acknowledged send never read, although a later offset of its partition was;
+  or, once the final read completed, an acknowledged send missing from it although the final
+  read went past its offset (a consumer may have read it before a new leader truncated it
+  away: read once is not kept).
 * ``unseen``: an acknowledged send never read, and nothing after it either. Illegal once the
   final read completed (it read every partition to its high watermark, which must have passed
   every acknowledged ``acks=all`` write); without a completed final read it makes the result
@@ -47,6 +53,15 @@ indexes that show it:
 * ``aborted-read``: a value whose send definitely failed (``fail``, never ``info``) was read.
 * ``committed-offset-backwards``: a group's committed offset of a partition, committed or
   observed after an acknowledged commit completed, is below that commit.
+* ``replica-divergence`` (with a ``replicas`` op): the replicas of a partition hold different
+  records or log ends, one could not be read, or they differ from what the completed final
+  read read (to its high watermark).
+* ``reassignment-stuck``: a reassignment still ran when the replica check gave up waiting.
+* ``replication-factor-changed``: a partition ended with more or fewer replicas than the topic
+  was created with (moves keep the replication factor; nobody asked to change it).
+
+Legal note ``stray-replica``: a node outside a partition's replicas still holds a directory of
+it (disk not given back, no data at risk).
 
 ``info`` is never a failure: an ``info`` send may or may not appear in reads, and neither is an
 anomaly.
@@ -55,6 +70,7 @@ anomaly.
 from __future__ import annotations
 
 import bisect
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -71,6 +87,7 @@ __all__ = [
     "Availability",
     "CheckResult",
     "check",
+    "records_digest",
 ]
 
 ANOMALIES = (
@@ -83,9 +100,14 @@ ANOMALIES = (
     "poll-skip",
     "aborted-read",
     "committed-offset-backwards",
+    "replica-divergence",
+    "reassignment-stuck",
+    "replication-factor-changed",
     *TXN_ANOMALIES,
 )
-LEGAL_NOTES = ("duplicate-non-idempotent",)
+LEGAL_NOTES = ("duplicate-non-idempotent", "stray-replica")
+#: The process of the final reader, whose reads the replica check compares with.
+FINAL_READER = "final-reader"
 NEMESIS_PROCESS = "nemesis"
 
 
@@ -163,6 +185,8 @@ def check(ops: Iterable[Op]) -> CheckResult:
         "aborted-read": _aborted_reads(facts),
         "committed-offset-backwards": _committed_offsets_backwards(facts),
     }
+    replicas_found, strays = _replica_anomalies(facts)
+    found.update(replicas_found)
     duplicates_illegal, duplicates_legal = _duplicates(facts)
     found["duplicate"] = duplicates_illegal
     found["non-monotonic-poll"], found["poll-skip"] = _poll_anomalies(facts)
@@ -172,7 +196,11 @@ def check(ops: Iterable[Op]) -> CheckResult:
     notes = {}
     if duplicates_legal:
         notes["duplicate-non-idempotent"] = _summary("duplicate-non-idempotent", duplicates_legal)
+    if strays:
+        notes["stray-replica"] = _summary("stray-replica", strays)
     unknown_reasons = list(txn_unknown)
+    if _replica_checks(ops) == ["info"]:
+        unknown_reasons.append("the replica check could not read the replicas")
     if not facts.acked:
         unknown_reasons.append("no send was acknowledged")
     if not facts.final_read_ok:
@@ -190,6 +218,14 @@ def check(ops: Iterable[Op]) -> CheckResult:
         availability=_availability(facts),
         unknown_reasons=unknown_reasons,
     )
+
+
+def records_digest(records: Iterable[tuple[int, str]]) -> str:
+    """A short fingerprint of ``(offset, value)`` records in order: equal digests, equal logs."""
+    digest = hashlib.sha256()
+    for offset, value in records:
+        digest.update(f"{offset}:{value}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def _summary(name: str, examples: list[dict[str, Any]]) -> Anomaly:
@@ -245,17 +281,28 @@ def _max_read_offsets(facts: _Facts) -> dict[int, int]:
 def _lost_writes(facts: _Facts) -> list[dict[str, Any]]:
     seen = _read_values(facts)
     highest = _max_read_offsets(facts)
-    return [
-        {
-            "value": value,
-            "partition": p,
-            "offset": o,
-            "ack_op": index,
-            "highest_read_offset": highest[p],
-        }
-        for value, (p, o, index) in sorted(facts.acked.items(), key=lambda item: item[1])
-        if value not in seen and highest.get(p, -1) > o
-    ]
+    final_reads = [read for read in facts.reads if read.process == FINAL_READER]
+    final_values = {read.value for read in final_reads}
+    # Only partitions the final reader read records of (hand-written histories may mark the
+    # final read done without its polls).
+    read_by_final = {read.partition for read in final_reads}
+    final_ends = {p: end for p, (end, _) in _final_read_logs(facts).items() if p in read_by_final}
+    lost = []
+    for value, (p, o, index) in sorted(facts.acked.items(), key=lambda item: item[1]):
+        never_read = value not in seen and highest.get(p, -1) > o
+        gone = facts.final_read_ok and value not in final_values and final_ends.get(p, -1) > o
+        if never_read or gone:
+            lost.append(
+                {
+                    "value": value,
+                    "partition": p,
+                    "offset": o,
+                    "ack_op": index,
+                    "highest_read_offset": highest[p],
+                    "read_before_lost": value in seen,
+                }
+            )
+    return lost
 
 
 def _unseen(facts: _Facts) -> list[dict[str, Any]]:
@@ -442,6 +489,83 @@ def _committed_offsets_backwards(facts: _Facts) -> list[dict[str, Any]]:
     return found
 
 
+def _replica_checks(ops: list[Op]) -> list[str]:
+    """The outcomes of the history's ``replicas`` ops, in order."""
+    return [c.type if c else "info" for i, c in pairs(ops) if i.f == "replicas"]
+
+
+def _final_read_logs(facts: _Facts) -> dict[int, tuple[int, str]]:
+    """Per partition: (high watermark, ``records_digest`` of the records below it) of the
+    completed final read; empty without one. A retried final read reads again from 0, so the
+    last value read at each offset counts (two different ones are ``inconsistent-offsets``)."""
+    final = next(
+        (op for op in reversed(facts.ops) if op.f == "final-read" and op.type == "ok"), None
+    )
+    if final is None:
+        return {}
+    read: dict[int, dict[int, str]] = defaultdict(dict)
+    for record in facts.reads:
+        if record.process == FINAL_READER:
+            read[record.partition][record.offset] = record.value
+    logs = {}
+    for p, high_watermark in final.value["high_watermarks"]:
+        records = sorted((o, v) for o, v in read[int(p)].items() if o < int(high_watermark))
+        logs[int(p)] = (int(high_watermark), records_digest(records))
+    return logs
+
+
+def _replica_anomalies(
+    facts: _Facts,
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """``replica-divergence``, ``reassignment-stuck`` and ``replication-factor-changed`` from
+    the last ``ok`` replica check, and the ``stray-replica`` notes."""
+    found: dict[str, list[dict[str, Any]]] = {
+        "replica-divergence": [],
+        "reassignment-stuck": [],
+        "replication-factor-changed": [],
+    }
+    checks = [op for op in facts.ops if op.f == "replicas" and op.type == "ok"]
+    if not checks:
+        return found, []
+    value = checks[-1].value
+    final = _final_read_logs(facts)
+    strays = []
+    for state in value["partitions"]:
+        p = int(state["partition"])
+        logs = state["logs"]
+        problems = []
+        if len({(log["log_end_offset"], log["digest"]) for log in logs}) > 1:
+            problems.append("the replicas differ")
+        unreadable = [log["node"] for log in logs if log["error"]]
+        if unreadable or not logs:
+            problems.append(f"replicas not read: {unreadable}")
+        if p in final and any((log["log_end_offset"], log["digest"]) != final[p] for log in logs):
+            problems.append("a replica differs from the final read")
+        if problems:
+            example = {
+                "partition": p,
+                "problems": problems,
+                "replicas": state["replicas"],
+                "logs": logs,
+                "first_difference": state["first_difference"],
+            }
+            if p in final:
+                example["final_read"] = {"high_watermark": final[p][0], "digest": final[p][1]}
+            found["replica-divergence"].append(example)
+        if len(state["replicas"]) != value["replication_factor"]:
+            found["replication-factor-changed"].append(
+                {
+                    "partition": p,
+                    "replicas": state["replicas"],
+                    "replication_factor": value["replication_factor"],
+                }
+            )
+        if state["stray"]:
+            strays.append({"partition": p, "replicas": state["replicas"], "on": state["stray"]})
+    found["reassignment-stuck"] = list(value["reassignments_running"])
+    return found, strays
+
+
 # -- figures ----------------------------------------------------------------------------------
 
 
@@ -457,6 +581,9 @@ def _stats(facts: _Facts) -> dict[str, int]:
     counts["sends-acknowledged"] = len(facts.acked)
     counts["records-read"] = len(facts.reads)
     counts["distinct-values-read"] = len(_read_values(facts))
+    for op in facts.ops:
+        if op.f == "replicas" and op.type == "ok":
+            counts["replica-logs-compared"] = sum(len(p["logs"]) for p in op.value["partitions"])
     return dict(sorted(counts.items()))
 
 

@@ -9,6 +9,7 @@ __all__ = [
     "NEMESIS_STEP_TIMEOUT_S",
     "OP_TIMEOUT_S",
     "POLL_RECORDS_MAX",
+    "REPLICA_LOG_BYTES_MAX",
     "SEND_RATE_PER_PRODUCER",
     "STABILIZE_TIMEOUT_S",
 ]
@@ -32,3 +33,6 @@ NEMESIS_STEP_TIMEOUT_S = 60.0
 STABILIZE_TIMEOUT_S = 60.0
 #: The final read of every partition up to its high watermark gives up after this long.
 FINAL_READ_TIMEOUT_S = 60.0
+#: The replica check reads at most this many bytes of segments per replica (a 10-minute run
+#: at the default rates writes a few MiB per partition).
+REPLICA_LOG_BYTES_MAX = 256 * 1024 * 1024

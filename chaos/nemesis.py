@@ -21,13 +21,27 @@ measures failover, not a cluster kept down. The exception is ``crash``: every no
 once (a power cut), after which ``start`` steps bring nodes back one by one, without waiting
 for them to be ready (alone, a node waits for its quorum), and ``recover`` starts the rest.
 
+Besides faults, a step may *move data* the way an operator does, and a fault may come while it
+runs: ``reassign`` (AlterPartitionReassignments through ``flux.sdk.Admin``: one replica of one
+or two random partitions of the topic replaced by a broker that does not hold it, the
+replication factor kept; the new broker may be down), ``rebalance`` (``fluxctl cluster
+rebalance --json`` in a child process: the planner of ``flux.controller.rebalance``, run as an
+operator runs it; ``flux.chaos`` does not import the controller) and ``cancel`` (one running
+reassignment, back to its original replicas). After any of them, ``recover`` also waits until
+no reassignment runs.
+
 Thread-safety: a ``Nemesis`` runs on one thread (the runner's nemesis thread); it only appends
 to the thread-safe ``History``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +59,7 @@ from .history import History
 
 __all__ = [
     "FAULTS",
+    "MOVES",
     "TARGETS",
     "ClusterControl",
     "Nemesis",
@@ -52,6 +67,7 @@ __all__ = [
     "Step",
     "format_schedule",
     "wait_full_isr",
+    "wait_reassignments_done",
 ]
 
 NEMESIS_PROCESS = "nemesis"
@@ -66,10 +82,30 @@ FAULTS = (
     "crash",
     "start",
     "recover",
+    "reassign",
+    "rebalance",
+    "cancel",
 )
-TARGETS = ("leader", "follower", "controller", "coordinator", "txn-coordinator", "any")
+#: The steps that move replicas (see the module docstring); they take no target.
+MOVES = ("reassign", "rebalance", "cancel")
+TARGETS = (
+    "leader",
+    "follower",
+    "controller",
+    "coordinator",
+    "txn-coordinator",
+    "adding",
+    "removing",
+    "any",
+)
 #: Kafka's internal topic of group offsets, whose ISRs the recovery also waits for.
 OFFSETS_TOPIC = "__consumer_offsets"
+#: A reassignment replaces the first replica (the preferred leader) at least this often, and
+#: also reorders the new replicas (moving the preferred leader) this often.
+REPLACE_FIRST_SHARE = 0.5
+REORDER_SHARE = 0.25
+#: A failed ``fluxctl cluster rebalance`` is reported with the end of its stderr, this long.
+REBALANCE_ERROR_CHARS = 400
 #: A corrupted tail gets one flipped byte within this many bytes of the segment end, a
 #: truncated tail loses between 1 and this many bytes: the last batch or two.
 TAIL_DAMAGE_BYTES_MAX = 64
@@ -98,6 +134,30 @@ def wait_full_isr(
                 return True
             time.sleep(0.1)  # polling cluster state: there is nothing to wait on
     return False
+
+
+def wait_reassignments_done(
+    bootstrap: str,
+    timeout_s: float = limits.STABILIZE_TIMEOUT_S,
+    *,
+    client_config: Mapping[str, str] | None = None,
+) -> dict[tuple[str, int], dict[str, list[int]]]:
+    """Wait until no partition reassignment runs; the ones still running when ``timeout_s``
+    ran out (empty: none runs). A controller that does not answer counts as still running."""
+    deadline = time.monotonic() + timeout_s
+    running: dict[tuple[str, int], dict[str, list[int]]] = {}
+    with Admin(bootstrap, timeout_s=limits.OP_TIMEOUT_S, security=client_config or None) as admin:
+        while True:
+            try:
+                running = admin.list_partition_reassignments()
+            except FluxError:
+                running = running or {("?", -1): {"replicas": [], "adding": [], "removing": []}}
+            else:
+                if not running:
+                    return {}
+            if time.monotonic() >= deadline:
+                return running
+            time.sleep(0.2)  # polling cluster state: there is nothing to wait on
 
 
 class NemesisUnsupportedError(RuntimeError):
@@ -179,7 +239,8 @@ class ClusterControl(Protocol):
 @dataclass(frozen=True, slots=True)
 class Step:
     """At ``at_s`` seconds after the faults start, do ``f`` to ``target``: a role (see
-    ``TARGETS``), one node (``node-<id>``), or None for ``recover``."""
+    ``TARGETS``), one node (``node-<id>``), or None for ``recover``, ``crash`` and the
+    ``MOVES``."""
 
     at_s: float
     f: str
@@ -220,9 +281,11 @@ class Nemesis:
         topic: str,
         group: str | None = None,
         transactional_id: str | None = None,
+        replication_factor: int = 3,
         log: Callable[[str], None] = print,
     ) -> None:
         self.control = control
+        self.replication_factor = replication_factor
         self.history = history
         self.topic = topic
         self.group = group
@@ -233,6 +296,8 @@ class Nemesis:
         self._starting: set[int] = set()
         self._paused: set[int] = set()
         self._partitioned = False
+        # A reassign, rebalance or cancel ran: recoveries then wait for reassignments too.
+        self._moved = False
 
     def run(self, steps: Sequence[Step], stop: threading.Event) -> None:
         """Run ``steps`` until done or ``stop`` is set; then recover everything.
@@ -275,12 +340,20 @@ class Nemesis:
             return self._crash()
         if step.f == "start":
             return self._start(step.target)
+        if step.f in MOVES:
+            self._moved = True
+            moves = {"reassign": self._reassign, "rebalance": self._rebalance}
+            return moves.get(step.f, self._cancel)()
         node = self._resolve(step.target or "any")
         if node is None:
             raise RuntimeError(f"no node to {step.f} as {step.target} right now")
         if step.f == "kill":
+            # Whether the kill met a move in flight is the point of a reassign scenario.
+            moving = self._running_reassignments() if self._moved else None
             self.control.kill(node)
             self._down.add(node)
+            if moving is not None:
+                return {"node": node, "reassigning": moving}
         elif step.f == "pause":
             self.control.pause(node)
             self._paused.add(node)
@@ -300,6 +373,8 @@ class Nemesis:
         replica is back in the ISR: the next fault then meets a cluster with full redundancy,
         so "one fault at a time" holds for the data too, not only for the processes (a node
         restarted but still catching up is as good as down)."""
+        # The moves still waiting when the fault is undone: they ran through the whole fault.
+        moving = {"reassigning": self._running_reassignments()} if self._moved else {}
         healed = self._partitioned
         if self._partitioned:
             self.control.heal()
@@ -318,6 +393,13 @@ class Nemesis:
             self._down.discard(node)
         self._starting.clear()
         started = time.monotonic()
+        if self._moved:
+            # A reassignment completes once its new replicas caught up; until then the ISR of
+            # the partition (old and new replicas) is not what the next fault should meet.
+            left = wait_reassignments_done(
+                self.control.bootstrap_servers(), client_config=self.control.client_config()
+            )
+            moving["reassignments_left"] = sorted(f"{t}-{p}" for t, p in left)
         topics = [self.topic] + ([OFFSETS_TOPIC] if self.group is not None else [])
         full = wait_full_isr(
             self.control.bootstrap_servers(), topics, client_config=self.control.client_config()
@@ -326,9 +408,134 @@ class Nemesis:
             "healed": healed,
             "resumed": resumed,
             "restarted": restarted,
+            **moving,
             "full_isr": full,
             "isr_wait_s": round(time.monotonic() - started, 2),
         }
+
+    # -- moves ----------------------------------------------------------------------------
+
+    def _reassign(self) -> dict[str, Any]:
+        """Replace one replica of one or two random partitions with a broker that does not
+        hold the partition (any node, down or not: a move to a dead broker waits for it);
+        sometimes also reorder the replicas, which moves the preferred leadership. A partition
+        already being reassigned gets a new target, as Kafka allows."""
+        with self._admin() as admin:
+            targets = self._target_replicas(admin)
+            if not targets:
+                raise RuntimeError("the topic's replicas are not known right now")
+            count = min(len(targets), self._rng.choice((1, 1, 2)))
+            chosen = sorted(self._rng.sample(sorted(targets), count))
+            plan = {(self.topic, p): self._replace_one(targets[p]) for p in chosen}
+            answer = admin.alter_partition_reassignments(plan)
+        errors = {f"{t}-{p}": str(error) for (t, p), error in answer.items() if error is not None}
+        if plan and len(errors) == len(plan):
+            raise RuntimeError(f"every reassignment was refused: {errors}")
+        return {
+            "moves": [[p, list(targets[p]), list(plan[(self.topic, p)])] for p in chosen],
+            "errors": errors,
+        }
+
+    def _replace_one(self, replicas: Sequence[int]) -> list[int]:
+        outside = [node for node in self.control.nodes() if node not in replicas]
+        target = list(replicas)
+        if outside:
+            # The first replica is the preferred (and usually the current) leader: replacing it
+            # moves leadership to the new broker as the move completes, the riskiest moment.
+            first = self._rng.random() < REPLACE_FIRST_SHARE
+            position = 0 if first else self._rng.randrange(len(target))
+            target[position] = self._rng.choice(outside)
+        if not outside or self._rng.random() < REORDER_SHARE:
+            self._rng.shuffle(target)
+        return target
+
+    def _target_replicas(self, admin: Admin) -> dict[int, list[int]]:
+        """Each partition's replicas once its running reassignment (if any) completes. The
+        replicas come from a broker's metadata and the running reassignments from the
+        controller: a partition on which the two disagree (a broker a step behind) is left out
+        rather than given a target of the wrong size."""
+        running = admin.list_partition_reassignments()
+        description = admin.describe_topic(self.topic)
+        targets = {}
+        for partition in description.partitions:
+            state = running.get((self.topic, partition.partition))
+            leaving = set(state["removing"]) if state else set()
+            target = [r for r in partition.replicas if r not in leaving]
+            if len(target) == self.replication_factor:
+                targets[partition.partition] = target
+        return targets
+
+    def _rebalance(self) -> dict[str, Any]:
+        """``fluxctl cluster rebalance --json`` against the cluster: the plan it made (as
+        ``[partition, replicas, target]``) and the partitions it could not submit."""
+        with tempfile.TemporaryDirectory(prefix="flux-chaos-") as scratch:
+            command = [
+                sys.executable,
+                "-m",
+                "flux.cli.main",
+                "cluster",
+                "rebalance",
+                "--json",
+                "--bootstrap",
+                self.control.bootstrap_servers(),
+                "--timeout",
+                str(limits.OP_TIMEOUT_S),
+            ]
+            client_config = self.control.client_config()
+            if client_config:
+                properties = Path(scratch) / "client.properties"
+                properties.write_text("".join(f"{k}={v}\n" for k, v in client_config.items()))
+                os.chmod(properties, 0o600)
+                command += ["--client-config", str(properties)]
+            try:
+                done = subprocess.run(
+                    command,
+                    capture_output=True,
+                    text=True,
+                    timeout=limits.NEMESIS_STEP_TIMEOUT_S,
+                    stdin=subprocess.DEVNULL,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired as error:
+                raise RuntimeError(f"fluxctl cluster rebalance timed out: {error}") from None
+        try:
+            plan = json.loads(done.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            raise RuntimeError(
+                f"fluxctl cluster rebalance exited {done.returncode}: "
+                f"{done.stderr.strip()[-REBALANCE_ERROR_CHARS:]}"
+            ) from None
+        moves = [
+            [m["partition"], m["replicas"], m["target"]]
+            for m in plan["moves"]
+            if m["topic"] == self.topic
+        ]
+        others = [m for m in plan["moves"] if m["topic"] != self.topic]
+        if plan["errors"] and len(plan["errors"]) == len(plan["moves"]):
+            raise RuntimeError(f"every move was refused: {plan['errors']}; moves {moves}")
+        return {"moves": moves, "other_moves": others, "errors": plan["errors"]}
+
+    def _running_reassignments(self) -> list[str] | str:
+        """``topic-partition`` of each running reassignment (or the error asking for them)."""
+        try:
+            with self._admin() as admin:
+                running = admin.list_partition_reassignments()
+        except FluxError as error:
+            return f"unknown: {type(error).__name__}: {error}"
+        return sorted(f"{t}-{p}" for t, p in running)
+
+    def _cancel(self) -> dict[str, Any]:
+        """Cancel one running reassignment of the topic (chosen at random)."""
+        with self._admin() as admin:
+            running = sorted(p for t, p in admin.list_partition_reassignments() if t == self.topic)
+            if not running:
+                raise RuntimeError("no reassignment of the topic runs: nothing to cancel")
+            partition = self._rng.choice(running)
+            answer = admin.alter_partition_reassignments({(self.topic, partition): None})
+        error = answer.get((self.topic, partition))
+        if error is not None:
+            raise RuntimeError(f"cancelling {self.topic}-{partition} was refused: {error}")
+        return {"partition": partition}
 
     def _crash(self) -> dict[str, Any]:
         """SIGKILL every node that runs (paused ones too): a power cut or host reboot."""
@@ -418,6 +625,16 @@ class Nemesis:
             return self._coordinator(healthy)
         if target == "txn-coordinator":
             return self._coordinator(healthy, key=self.transactional_id, key_type=1)
+        if target in ("adding", "removing"):
+            with self._admin() as admin:
+                running = admin.list_partition_reassignments()
+            moving = sorted(
+                {n for (t, _), s in running.items() if t == self.topic for n in s[target]}
+            )
+            candidates = [node for node in moving if node in healthy]
+            if candidates:
+                return self._rng.choice(candidates)
+            target = "leader"  # nothing moves (any more): the fault still meets the cluster
         leaders, replicas = self._topic_layout()
         if not leaders:
             return None

@@ -53,6 +53,8 @@ def format_report(result: CheckResult, **context: Any) -> str:
             faults=stats.get("nemesis-ops", 0),
         )
     )
+    if "replica-logs-compared" in stats:
+        lines.append(f"replicas: {stats['replica-logs-compared']} replica logs compared")
     availability = result.availability
     lines.append(
         f"availability: longest produce gap {availability.longest_produce_gap_s:.2f} s "

@@ -8,7 +8,9 @@ object implementing ``flux.chaos.nemesis.ClusterControl`` (the process backend's
    ``min.insync.replicas=2``),
 2. prints the seeded schedule and starts the workloads,
 3. runs the nemesis through the schedule, then lets the load run on for ``QUIET_S``,
-4. stops the workloads, heals everything, waits for full ISRs and reads every partition,
+4. stops the workloads, heals everything, waits for full ISRs and reads every partition
+   (for a scenario with ``check_replicas``, then reads every replica's log from the nodes'
+   data directories: ``flux.chaos.replicas``),
 5. checks the history and writes ``history.jsonl``, ``schedule.txt``, ``report.json``,
    ``report.txt`` and ``plot.png`` into ``out_dir``.
 
@@ -39,6 +41,7 @@ from . import history as history_module
 from .checker import CheckResult, check
 from .history import History
 from .nemesis import ClusterControl, Nemesis, Step, format_schedule, wait_full_isr
+from .replicas import replica_check
 from .report import format_report, write_report
 from .scenarios import Scenario, generate_schedule
 from .txn_workload import TXN_TOPIC, TxnWorkload, transactional_id, txn_final_read
@@ -114,11 +117,12 @@ def run_scenario(
     log(schedule_text or "  (no steps)")
     bootstrap = control.bootstrap_servers()
     client_config = control.client_config()
+    replication_factor = min(3, len(nodes))
     transactional = scenario.workload.transactional_producers > 0
     topics = [TOPIC, TXN_TOPIC] if transactional else [TOPIC]
     for topic in topics:
         _create_topic(
-            bootstrap, replication_factor=min(3, len(nodes)), client_config=client_config,
+            bootstrap, replication_factor=replication_factor, client_config=client_config,
             topic=topic,
         )  # fmt: skip
     history = History()
@@ -153,6 +157,7 @@ def run_scenario(
         topic=TOPIC,
         group=group,
         transactional_id=transactional_id(0) if transactional else None,
+        replication_factor=replication_factor,
         log=log,
     )
     stop = threading.Event()
@@ -167,6 +172,8 @@ def run_scenario(
     if not wait_full_isr(bootstrap, topics, client_config=client_config):
         log("chaos: the topic did not regain full ISRs in time; reading anyway")
     final_read(history, bootstrap, TOPIC, client_config=client_config)
+    if scenario.check_replicas:
+        replica_check(history, control, TOPIC, replication_factor=replication_factor, log=log)
     if transactional:
         txn_final_read(history, bootstrap, TXN_TOPIC, partitions, client_config=client_config)
     ops = history.ops()

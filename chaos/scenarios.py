@@ -6,6 +6,10 @@ A generator is a pure function ``(rng, duration_s, nodes, partitions) -> [Step]`
 cut the network, which only the mixed scenario consults). Every fault is followed by
 ``recover`` before the next (see ``flux.chaos.nemesis``): a hold of ``HOLD_S`` with the fault in
 place, then a gap of ``GAP_S`` with the cluster whole.
+
+A scenario also says how many nodes its cluster has (``nodes``: moving a replica of a topic
+replicated three ways needs a fourth broker) and whether the run ends by comparing every
+replica's log (``check_replicas``, see ``flux.chaos.replicas``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ class Scenario:
     workload: WorkloadSpec
     #: The scenario cannot run without network partitions (a Docker backend).
     needs_partitions: bool = False
+    #: Nodes of the scenario's cluster (the Docker backend runs 3 only).
+    nodes: int = 3
+    #: After the final read, compare the logs of every replica of the workload topic.
+    check_replicas: bool = False
 
 
 def _cycles(
@@ -148,6 +156,60 @@ def _transactions(
     return _cycles(rng, duration_s, lambda r: r.choice(TRANSACTION_FAULTS))
 
 
+#: In a reassign cycle: seconds from a move to the kill that meets it in flight (in a short run
+#: a new replica catches up and the move completes in well under a second), and from a kill
+#: to the move that follows it (before and after the 2 s session timeout fences the dead
+#: broker).
+MOVE_TO_KILL_S = (0.0, 0.5)
+KILL_TO_MOVE_S = (0.3, 3.0)
+#: Seconds from the move to a cancel of a running reassignment, and how often one comes.
+MOVE_TO_CANCEL_S = (0.1, 1.0)
+CANCEL_SHARE = 0.3
+#: The moves of a cycle and their weights: a random replica move, a planner rebalance, or a
+#: rebalance planned while the replica move just submitted runs (an operator who did not wait).
+MOVE_SETS: tuple[tuple[tuple[str, ...], int], ...] = (
+    (("reassign",), 5),
+    (("rebalance",), 3),
+    (("reassign", "rebalance"), 2),
+)
+#: Seconds between the two moves of a set.
+MOVE_TO_MOVE_S = (0.05, 0.5)
+#: Whom a kill hits while a move runs, and before a move (the move then goes to or away from
+#: a dead broker, and a rebalance drains it).
+KILLS_DURING_MOVE = ("leader", "controller", "adding", "removing", "follower")
+KILLS_BEFORE_MOVE = ("leader", "controller", "any")
+
+
+def _reassign(rng: random.Random, duration_s: float, nodes: int, partitions: bool) -> list[Step]:
+    """Cycles of moves (``MOVE_SETS``) and a SIGKILL, in either order and close together,
+    sometimes a cancel of a running reassignment, then the hold, ``recover`` (which also waits
+    until no reassignment runs) and a gap."""
+    steps = []
+    at_s = WARM_UP_S
+    sets = [moves for moves, _ in MOVE_SETS]
+    weights = [weight for _, weight in MOVE_SETS]
+    while at_s < duration_s:
+        moves = rng.choices(sets, weights)[0]
+        kill_first = rng.random() < 0.5
+        if kill_first:
+            steps.append(Step(round(at_s, 2), "kill", rng.choice(KILLS_BEFORE_MOVE)))
+            at_s += rng.uniform(*KILL_TO_MOVE_S)
+        for index, move in enumerate(moves):
+            if index:
+                at_s += rng.uniform(*MOVE_TO_MOVE_S)
+            steps.append(Step(round(at_s, 2), move))
+        if not kill_first:
+            at_s += rng.uniform(*MOVE_TO_KILL_S)
+            steps.append(Step(round(at_s, 2), "kill", rng.choice(KILLS_DURING_MOVE)))
+        if rng.random() < CANCEL_SHARE:
+            at_s += rng.uniform(*MOVE_TO_CANCEL_S)
+            steps.append(Step(round(at_s, 2), "cancel"))
+        at_s += rng.uniform(*HOLD_S)
+        steps.append(Step(round(at_s, 2), "recover"))
+        at_s += rng.uniform(*GAP_S)
+    return steps
+
+
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
     for scenario in (
@@ -202,6 +264,16 @@ SCENARIOS: dict[str, Scenario] = {
             "are SIGKILLed mid-commit",
             _transactions,
             _TRANSACTIONS,
+        ),
+        Scenario(
+            "reassign",
+            "on 4 nodes, move replicas of the topic (random moves, planner rebalances, "
+            "cancels) while SIGKILLing partition leaders, moving replicas and the active "
+            "controller; then compare every replica's log",
+            _reassign,
+            _LOG,
+            nodes=4,
+            check_replicas=True,
         ),
         Scenario(
             "mixed",

@@ -277,8 +277,9 @@ def chaos_list() -> None:
 def chaos_schedule(scenario: str, seed: int | None, duration_s: float, docker: bool) -> None:
     """Print the fault schedule a seed gives, without running anything."""
     seed = _pick_seed(seed)
+    chosen = SCENARIOS[scenario]
     steps = generate_schedule(
-        SCENARIOS[scenario], seed=seed, duration_s=duration_s, nodes=NODES, partitions=docker
+        chosen, seed=seed, duration_s=duration_s, nodes=chosen.nodes, partitions=docker
     )
     click.echo(f"scenario {scenario} seed {seed} duration {duration_s:g}")
     click.echo(format_schedule(steps) or "  (no steps)")
@@ -324,17 +325,17 @@ def chaos_run(
             raise click.ClickException(
                 "the Docker backend is not installed (flux.chaos.docker_backend is missing)"
             )
-        backend = factory(root / "cluster", nodes=NODES)
+        backend = factory(root / "cluster", nodes=chosen.nodes)
     elif chosen.needs_partitions:
         raise click.ClickException(f"{scenario} needs network partitions: add --docker")
     else:
-        backend = start_process_cluster(root / "cluster", secure=secure)
+        backend = start_process_cluster(root / "cluster", nodes=chosen.nodes, secure=secure)
     try:
         with backend as control:
             outcome = run_scenario(
                 chosen, control, seed=seed, duration_s=duration_s, out_dir=root, log=click.echo
             )
-    except (DockerError, ClusterSecurityError) as error:
+    except (DockerError, ClusterSecurityError, NemesisUnsupportedError) as error:
         raise click.ClickException(str(error)) from None
     click.echo(f"files: {', '.join(str(path) for path in outcome.files.values())}")
     docker_flag = " --docker" if docker else " --secure" if secure else ""

@@ -45,9 +45,10 @@ def _assert_valid(outcome) -> None:
 
 @pytest.mark.parametrize("name", PROCESS_SCENARIOS)
 def test_scenario_on_local_processes(name: str, tmp_path: Path) -> None:
-    with start_process_cluster(tmp_path / "cluster") as control:
+    scenario = SCENARIOS[name]
+    with start_process_cluster(tmp_path / "cluster", nodes=scenario.nodes) as control:
         outcome = run_scenario(
-            SCENARIOS[name],
+            scenario,
             control,
             seed=_seed(),
             duration_s=_duration_s(),
@@ -56,6 +57,9 @@ def test_scenario_on_local_processes(name: str, tmp_path: Path) -> None:
     _assert_valid(outcome)
     assert outcome.result.stats["nemesis-ops"] > 0
     assert (tmp_path / "run" / "history.jsonl").exists()
+    if scenario.check_replicas:
+        # Every replica of the 3 partitions of a topic replicated three ways was compared.
+        assert outcome.result.stats.get("replica-logs-compared", 0) >= 9, outcome.report
 
 
 @pytest.mark.docker
