@@ -299,6 +299,8 @@ def drain(
     from rich.progress import Progress
 
     current, involved = _holding(admin, broker_id)
+    # Replacements go to a rack the partition does not have yet when one can take them.
+    racks = {broker.node_id: broker.rack for broker in admin.describe_cluster().brokers}
     problems = drain_refusals(current, live, broker_id)
     if problems:
         raise click.ClickException(
@@ -320,7 +322,7 @@ def drain(
                 return list(submitted.values())
             # Partitions whose target still names the broker: all of them the first time,
             # then those placed on it meanwhile.
-            moves = plan_drain(current, live, broker_id)
+            moves = plan_drain(current, live, broker_id, racks=racks)
             if moves:
                 if rounds == DRAIN_ROUNDS_MAX:
                     raise click.ClickException(
