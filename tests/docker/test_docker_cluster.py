@@ -192,18 +192,23 @@ class AckedProducer:
 
 def _high_watermark(consumer: confluent_kafka.Consumer, partition: Any) -> int:
     """The partition's high watermark, asked again on a transient client error (librdkafka
-    replaces a broker handle when a metadata refresh renames it: _DESTROY_BROKER)."""
+    replaces a broker handle when a metadata refresh renames it: _DESTROY_BROKER; a leadership
+    that just moved answers NOT_LEADER_FOR_PARTITION until the client's metadata follows)."""
     deadline = time.monotonic() + 30
+    moving = (
+        confluent_kafka.KafkaError._DESTROY_BROKER,
+        confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
+        confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE,
+    )
     while True:
         try:
             return int(consumer.get_watermark_offsets(partition, timeout=10)[1])
         except confluent_kafka.KafkaException as exception:
             error = exception.args[0]
-            transient = (
-                error.retriable() or error.code() == confluent_kafka.KafkaError._DESTROY_BROKER
-            )
+            transient = error.retriable() or error.code() in moving
             if not transient or time.monotonic() > deadline:
                 raise
+            time.sleep(0.1)  # the client refreshes its metadata meanwhile
 
 
 def _end_offset(bootstrap: str, topic: str, partition: int) -> int:
