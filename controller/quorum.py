@@ -87,6 +87,9 @@ _log = logging.getLogger(__name__)
 
 MAX_REMEMBERED_REQUESTS = 10_000
 MAX_RECORDS_PER_PROPOSAL = 100_000
+#: The largest Raft message pysyncobj may send in one piece (see ``raft_settings``): entries
+#: are never split below it, and a follower far behind gets its entries in batches of this size.
+RAFT_MESSAGE_BYTES_MAX = 64 * 1024 * 1024
 MAX_REQUEST_ID_LENGTH = 200
 MAX_PENDING_PROPOSALS = 10_000
 #: Calls waiting to run on pysyncobj's tick thread (``_in_raft_thread``).
@@ -125,6 +128,14 @@ def raft_settings(
         fullDumpFile=dump_file,
         # ~1,000 synchronous commits/s instead of ~10/s with batching.
         appendEntriesUseBatch=False,
+        # Never split one entry over several messages: pysyncobj 0.3.17 marks the last part
+        # by the command's length instead of the pickled entry's (longer: protocol 2 pickles
+        # bytes as UTF-8 text), so for about one large entry in six a follower unpickles an
+        # incomplete entry and fails that tick (an error logged, the rest of the tick's work
+        # dropped) until the next part completes it. Seen at 10,000 partitions, where one
+        # broker's departure is a 3,334-record command. Entries larger than this would still
+        # be split; proposals stay far below.
+        appendEntriesBatchSizeBytes=RAFT_MESSAGE_BYTES_MAX,
         appendEntriesPeriod=0.1,
         # Voters are added and removed at run time (``MetadataQuorum.add_voter``); the
         # membership then lives in the log and the snapshot, not in the config file.
