@@ -317,6 +317,12 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "message_max_bytes": _Key(1048588, _int(1024), "largest record batch accepted"),
         "socket_request_max_bytes": _Key(104857600, _int(1024), "largest request frame"),
         "max_connections": _Key(1000, _int(1), "client connections accepted at once"),
+        "queued_max_request_bytes": _Key(
+            104857600,
+            _int(1024),
+            "queued.max.request.bytes: bytes of Kafka requests the node holds at once, over all "
+            "connections (read, not yet handled); a request that does not fit waits unread",
+        ),
         "fetch_max_bytes": _Key(57671680, _int(1024), "upper bound of one fetch response"),
         "retention_check_interval_ms": _Key(300000, _int(10), "how often retention runs"),
         "flush_check_interval_ms": _Key(1000, _int(10), "how often the flush.ms policy runs"),

@@ -43,7 +43,7 @@ from .internal_security import InternalSecurity
 from .kafka.apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka.producer_ids import ProducerIdManager
 from .kafka.sasl import ImageCredentials, listener_security
-from .kafka.server import Deferred, KafkaServer
+from .kafka.server import Deferred, KafkaServer, RequestBytesBudget
 from .launcher import READY_FILE, STATE_FILE, write_json_atomically
 from .metadata.controller_client import ControllerClient
 from .metadata.lifecycle import WAITING_LOG_INTERVAL_S, BrokerLifecycle
@@ -233,6 +233,7 @@ class Node:
         handle = _measured(apis.handle, self.metrics)
         # The listener binds first so the registration carries the real port; requests that
         # arrive before the first metadata image are answered from the empty image.
+        request_budget = RequestBytesBudget(config.broker.queued_max_request_bytes)
         for listener in config.listeners:
             server = KafkaServer(
                 handle,
@@ -245,6 +246,8 @@ class Node:
                 security=listener_security(
                     listener.security_protocol, config.security, credentials
                 ),
+                request_budget=request_budget,
+                frame_read_timeout_s=config.broker.request_timeout_ms / 1000,
             )
             await server.start()
             self.kafka_servers.append(server)

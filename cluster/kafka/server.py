@@ -8,7 +8,11 @@ for the followers. The reader then goes on with the next request while the write
 responses strictly in request order (as the Kafka protocol requires), each once it is ready.
 At most ``MAX_IN_FLIGHT_REQUESTS`` responses wait per connection (Kafka's
 ``queued.max.requests`` in spirit): beyond that the reader stops reading, so a client cannot
-make the broker buffer without bound. Without this, every acks=all request held the connection
+make the broker buffer without bound. Across connections, the bytes of requests read and not
+yet handled are bounded per node by a ``RequestBytesBudget`` (Kafka's
+``queued.max.request.bytes``): a connection whose next request does not fit waits, unread,
+until others finish, so a flood of large requests from many clients slows them down instead
+of filling the node's memory. Without this, every acks=all request held the connection
 for a whole replication round trip and, once requests came faster, they queued for the rest
 of the run.
 
@@ -26,6 +30,7 @@ principal (``ConnectionInfo.principal``) is what authorization goes by.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Mapping
@@ -44,13 +49,75 @@ from flux.protocol.framing import SIZE_PREFIX, read_size
 
 from .sasl import FAILED_AUTHENTICATION_DELAY_S, ListenerSecurity, SaslFailure, SaslSession
 
-__all__ = ["MAX_IN_FLIGHT_REQUESTS", "Deferred", "Handler", "KafkaServer"]
+__all__ = ["MAX_IN_FLIGHT_REQUESTS", "Deferred", "Handler", "KafkaServer", "RequestBytesBudget"]
 
 log = logging.getLogger("flux.cluster.kafka")
 
 API_VERSIONS_KEY = 18
 #: Responses one connection may have pending (being computed or waiting to be sent).
 MAX_IN_FLIGHT_REQUESTS = 100
+#: Frames larger than this must arrive within the server's ``frame_read_timeout_s`` once their
+#: size is read (they hold that much of the node's ``RequestBytesBudget`` meanwhile); smaller
+#: ones, which hold little, are read without a timer.
+SLOW_FRAME_BYTES = 64 * 1024
+
+
+class RequestBytesBudget:
+    """The bytes of Kafka requests a node holds at once: read, and not yet handled.
+
+    ``acquire(size)`` waits until ``size`` more bytes fit in ``capacity_bytes``; ``release``
+    returns them. A request larger than the whole budget is let in alone (when nothing else is
+    held), so it is slow rather than refused: its size is already bounded by
+    ``socket.request.max.bytes``. Waiters are served in arrival order, so a large request is
+    not starved by small ones. Used from one event loop only.
+    """
+
+    __slots__ = ("capacity_bytes", "in_use_bytes", "_waiters")
+
+    def __init__(self, capacity_bytes: int) -> None:
+        if capacity_bytes < 1:
+            raise ValueError("a request byte budget needs at least one byte")
+        self.capacity_bytes = capacity_bytes
+        self.in_use_bytes = 0
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        """Connections waiting for room."""
+        return len(self._waiters)
+
+    def _fits(self, size: int) -> bool:
+        return self.in_use_bytes == 0 or self.in_use_bytes + size <= self.capacity_bytes
+
+    async def acquire(self, size: int) -> None:
+        if not self._waiters and self._fits(size):
+            self.in_use_bytes += size
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, waiter)
+        self._waiters.append(entry)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(size)  # granted as it was cancelled: give the bytes back
+            else:
+                self._waiters.remove(entry)
+                self._wake()
+            raise
+
+    def release(self, size: int) -> None:
+        self.in_use_bytes -= size
+        assert self.in_use_bytes >= 0, "released more request bytes than acquired"
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self._fits(self._waiters[0][0]):
+            size, waiter = self._waiters.popleft()
+            if waiter.done():
+                continue
+            self.in_use_bytes += size
+            waiter.set_result(None)
 
 
 class Deferred:
@@ -123,8 +190,14 @@ class KafkaServer:
         advertised_versions: Mapping[int, tuple[int, int]],
         listener: str = "PLAINTEXT",
         security: ListenerSecurity | None = None,
+        request_budget: RequestBytesBudget | None = None,
+        frame_read_timeout_s: float = 30.0,
     ) -> None:
         self._handler = handler
+        # One budget per node, shared by its listeners; unbounded (what one listener may hold
+        # through its connections' limits) when none is given.
+        self._request_budget = request_budget or RequestBytesBudget(2**62)
+        self._frame_read_timeout_s = frame_read_timeout_s
         self.listener = listener
         self._security = security or ListenerSecurity()
         self._advertised_versions = dict(advertised_versions)
@@ -234,59 +307,81 @@ class KafkaServer:
             except InvalidFrameError as error:
                 log.warning("closing connection from %s: %s", info.peer, error)
                 return
+            # Room for the frame in the node's budget before reading it: while there is none,
+            # the frame stays in the socket and the client is slowed down (TCP flow control).
+            await self._request_budget.acquire(size)
             try:
-                frame = await reader.readexactly(size)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            sasl = info.sasl
-            if sasl is not None and sasl.expects_raw_token:
-                # After SaslHandshake v0 the SASL tokens travel as bare size-prefixed frames.
                 try:
-                    token = await sasl.raw_token(frame)
-                except SaslFailure as failure:
-                    log.info("closing connection from %s: %s", info.peer, failure)
-                    if failure.authentication_failed:
-                        await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
+                    if size <= SLOW_FRAME_BYTES:
+                        frame = await reader.readexactly(size)
+                    else:
+                        # A large frame holds budget while it arrives: one that trickles in
+                        # (or never does) must not hold it for ever.
+                        async with asyncio.timeout(self._frame_read_timeout_s):
+                            frame = await reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
                     return
-                if sasl.principal is not None:
-                    info.principal = sasl.principal
-                await responses.put(len(token).to_bytes(4, "big") + token)
-                continue
-            try:
-                header, body = decode_request(frame)
-            except UnsupportedVersionError as error:
-                if error.api_key == API_VERSIONS_KEY and error.correlation_id is not None:
-                    # Clients probe ApiVersions at their newest version and retry lower.
-                    await responses.put(
-                        encode_unsupported_api_versions_response(
-                            error.correlation_id, advertised=self._advertised_versions
-                        )
+                except TimeoutError:
+                    log.warning(
+                        "closing connection from %s: a %d-byte request did not arrive within %g s",
+                        info.peer,
+                        size,
+                        self._frame_read_timeout_s,
                     )
+                    return
+                sasl = info.sasl
+                if sasl is not None and sasl.expects_raw_token:
+                    # After SaslHandshake v0 the SASL tokens travel as bare size-prefixed frames.
+                    try:
+                        token = await sasl.raw_token(frame)
+                    except SaslFailure as failure:
+                        log.info("closing connection from %s: %s", info.peer, failure)
+                        if failure.authentication_failed:
+                            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
+                        return
+                    if sasl.principal is not None:
+                        info.principal = sasl.principal
+                    await responses.put(len(token).to_bytes(4, "big") + token)
                     continue
-                log.warning("closing connection from %s: %s", info.peer, error)
-                return
-            except InvalidFrameError as error:
-                log.warning("closing connection from %s: malformed request: %s", info.peer, error)
-                return
-            info.requests += 1
-            if sasl is not None:
                 try:
-                    sasl.check_request(header.api_key)
-                except SaslFailure as failure:
-                    log.warning("closing connection from %s: %s", info.peer, failure)
+                    header, body = decode_request(frame)
+                except UnsupportedVersionError as error:
+                    if error.api_key == API_VERSIONS_KEY and error.correlation_id is not None:
+                        # Clients probe ApiVersions at their newest version and retry lower.
+                        await responses.put(
+                            encode_unsupported_api_versions_response(
+                                error.correlation_id, advertised=self._advertised_versions
+                            )
+                        )
+                        continue
+                    log.warning("closing connection from %s: %s", info.peer, error)
                     return
-            if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
-                answer, close = await self._sasl_request(header, body, info)
-                await responses.put(encode_response(header, answer))
-                if close:
+                except InvalidFrameError as error:
+                    log.warning(
+                        "closing connection from %s: malformed request: %s", info.peer, error
+                    )
                     return
-                continue
-            try:
-                response = await self._handler(header, body, info)
-            except UnsupportedVersionError as error:
-                log.warning("closing connection from %s: %s", info.peer, error)
-                return
-            await responses.put(response)
+                info.requests += 1
+                if sasl is not None:
+                    try:
+                        sasl.check_request(header.api_key)
+                    except SaslFailure as failure:
+                        log.warning("closing connection from %s: %s", info.peer, failure)
+                        return
+                if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+                    answer, close = await self._sasl_request(header, body, info)
+                    await responses.put(encode_response(header, answer))
+                    if close:
+                        return
+                    continue
+                try:
+                    response = await self._handler(header, body, info)
+                except UnsupportedVersionError as error:
+                    log.warning("closing connection from %s: %s", info.peer, error)
+                    return
+                await responses.put(response)
+            finally:
+                self._request_budget.release(size)
 
     async def _sasl_request(
         self, header: RequestHeader, body: dict[str, Any], info: ConnectionInfo
