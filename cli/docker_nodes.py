@@ -39,14 +39,7 @@ import click
 from flux.sdk.admin import Admin
 from flux.sdk.security import ClientSecurity
 
-from .nodes import (
-    UNREGISTER_WAIT_S,
-    _admin_for,
-    _preflight,
-    _reachable,
-    _unregister,
-    drain,
-)
+from .nodes import _admin_for, retire_broker
 
 __all__ = [
     "ADDED_LABEL",
@@ -334,35 +327,17 @@ def remove_docker_node(
                 f"(fluxctl controller remove {broker_id}); remove-node removes brokers"
             )
         container = None  # not one fluxctl started: drained and unregistered, not stopped
-    result: dict[str, Any] = {
-        "node": broker_id,
-        "moves": [],
-        "drained": False,
-        "stopped": False,
-        "unregistered": False,
-    }
-    unregistered = _preflight(admin, broker_id)  # refuses voters and unknown ids
-    brokers = {b.node_id: b for b in admin.describe_cluster().brokers}
-    address = (brokers[broker_id].host, brokers[broker_id].port) if broker_id in brokers else None
-    if not unregistered:
-        moves = drain(
-            admin,
-            broker_id,
-            live=sorted(brokers),
-            timeout_s=drain_timeout_s,
-            show_progress=show_progress,
-        )
-        result["moves"] = [
-            {"topic": m.topic, "partition": m.partition, "replicas": m.replicas, "target": m.target}
-            for m in moves
-        ]
-    result["drained"] = True
-    if container is not None:
+
+    def stop() -> bool:
+        if container is None:
+            return False
         _remove_container(cluster, container, broker_id)
-        result["stopped"] = True
-    elif not unregistered and _reachable(address):
-        return result  # running, and not ours to stop
-    if not unregistered:
-        _unregister(admin, broker_id, UNREGISTER_WAIT_S)
-    result["unregistered"] = True
-    return result
+        return True
+
+    return retire_broker(
+        admin,
+        broker_id,
+        stop=stop,
+        drain_timeout_s=drain_timeout_s,
+        show_progress=show_progress,
+    )

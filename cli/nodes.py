@@ -81,6 +81,7 @@ __all__ = [
     "broker_node_sections",
     "drain",
     "remove_node",
+    "retire_broker",
 ]
 
 #: How often the drain looks at the partitions, and how many times it plans again for
@@ -406,6 +407,55 @@ def _admin_for(
     )
 
 
+def retire_broker(
+    admin: Admin,
+    broker_id: int,
+    *,
+    stop: Callable[[], bool],
+    drain_timeout_s: float,
+    show_progress: bool = True,
+    check: Callable[[bool, tuple[str, int] | None], None] | None = None,
+) -> dict[str, Any]:
+    """The steps every ``remove-node`` takes: refuse voters and unknown ids, ``check(already
+    unregistered, the broker's Kafka address)`` (raises to refuse), drain, ``stop()`` (True if
+    it stopped the node, False if the node is not ours to stop), and unregister the broker
+    once it no longer answers. What was done: node, moves, drained, stopped, unregistered; a
+    broker still running that ``stop`` could not stop is drained and left registered."""
+    result: dict[str, Any] = {
+        "node": broker_id,
+        "moves": [],
+        "drained": False,
+        "stopped": False,
+        "unregistered": False,
+    }
+    unregistered = _preflight(admin, broker_id)  # refuses voters and unknown ids
+    brokers = {b.node_id: b for b in admin.describe_cluster().brokers}
+    address = (brokers[broker_id].host, brokers[broker_id].port) if broker_id in brokers else None
+    if check is not None:
+        check(unregistered, address)
+    if not unregistered:
+        moves = drain(
+            admin,
+            broker_id,
+            live=sorted(brokers),
+            timeout_s=drain_timeout_s,
+            show_progress=show_progress,
+        )
+        result["moves"] = [
+            {"topic": m.topic, "partition": m.partition, "replicas": m.replicas, "target": m.target}
+            for m in moves
+        ]
+    result["drained"] = True
+    if stop():
+        result["stopped"] = True
+    elif not unregistered and _reachable(address):
+        return result  # running, and not ours to stop
+    if not unregistered:
+        _unregister(admin, broker_id, UNREGISTER_WAIT_S)
+    result["unregistered"] = True
+    return result
+
+
 def remove_node(
     admin: Admin,
     broker_id: int,
@@ -426,47 +476,37 @@ def remove_node(
 
     state = cli._load_state(root) if root is not None else None
     recorded = next((e for e in (state or {}).get("nodes", []) if e["id"] == broker_id), None)
-    result: dict[str, Any] = {
-        "node": broker_id,
-        "moves": [],
-        "drained": False,
-        "stopped": False,
-        "unregistered": False,
-    }
-    unregistered = _preflight(admin, broker_id)  # refuses voters and unknown ids
-    brokers = {b.node_id: b for b in admin.describe_cluster().brokers}
-    address = (brokers[broker_id].host, brokers[broker_id].port) if broker_id in brokers else None
-    entry = recorded
-    if recorded is not None and not local_cluster:
-        if address is None or f"{address[0]}:{address[1]}" != recorded.get("kafka"):
-            entry = None
-    if entry is not None and "controller" in entry.get("roles", []) and not unregistered:
-        raise click.ClickException(
-            f"node {broker_id} is a controller voter (roles: {', '.join(entry['roles'])}): "
-            f"remove it from the quorum first (fluxctl controller remove {broker_id}); "
-            "remove-node removes brokers"
-        )
-    if not unregistered:
-        moves = drain(
-            admin,
-            broker_id,
-            live=sorted(brokers),
-            timeout_s=drain_timeout_s,
-            show_progress=show_progress,
-        )
-        result["moves"] = [
-            {"topic": m.topic, "partition": m.partition, "replicas": m.replicas, "target": m.target}
-            for m in moves
-        ]
-    result["drained"] = True
-    if entry is not None and cli._alive(entry):
-        cli._terminate(entry)
-        result["stopped"] = True
-    elif not unregistered and _reachable(address):
-        return result  # running, and not ours to stop
-    if not unregistered:
-        _unregister(admin, broker_id, UNREGISTER_WAIT_S)
-    result["unregistered"] = True
+    entry: dict[str, Any] | None = None
+
+    def check(unregistered: bool, address: tuple[str, int] | None) -> None:
+        nonlocal entry
+        entry = recorded
+        if recorded is not None and not local_cluster:
+            if address is None or f"{address[0]}:{address[1]}" != recorded.get("kafka"):
+                entry = None
+        if entry is not None and "controller" in entry.get("roles", []) and not unregistered:
+            raise click.ClickException(
+                f"node {broker_id} is a controller voter (roles: {', '.join(entry['roles'])}): "
+                f"remove it from the quorum first (fluxctl controller remove {broker_id}); "
+                "remove-node removes brokers"
+            )
+
+    def stop() -> bool:
+        if entry is not None and cli._alive(entry):
+            cli._terminate(entry)
+            return True
+        return False
+
+    result = retire_broker(
+        admin,
+        broker_id,
+        check=check,
+        stop=stop,
+        drain_timeout_s=drain_timeout_s,
+        show_progress=show_progress,
+    )
+    if not result["unregistered"]:
+        return result
     if entry is not None and root is not None:
         with cli._state_lock(root):
             state = cli._require_state(root)
