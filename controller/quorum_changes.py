@@ -237,7 +237,7 @@ class QuorumChanges:
         status = await self._controller_status(voter.http_address)
         membership.check_candidate(voter, status, members)
         host, port = membership.parse_address(voter.raft_address, "the Raft address")
-        if not await _accepts_connections(host, port):
+        if await connect(host, port, PROBE_TIMEOUT_S) != "accepted":
             raise MembershipRefused(
                 ErrorCode.INVALID_REQUEST,
                 f"controller {voter.node_id} answers over HTTP but its Raft port "
@@ -297,7 +297,3 @@ def _field(body: dict[str, Any], key: str, kind: type) -> Any:
 
 def _describe(voter: VoterAddress) -> str:
     return f"{voter.node_id}@{voter.raft_address} (HTTP {voter.http_address})"
-
-
-async def _accepts_connections(host: str, port: int) -> bool:
-    return await connect(host, port, PROBE_TIMEOUT_S) == "accepted"
