@@ -18,6 +18,7 @@ from flux.controller.records import (
     DeleteTopic,
     FenceBroker,
     PartitionChange,
+    PartitionReassignment,
     PartitionSpec,
     Record,
     RegisterBroker,
@@ -369,8 +370,22 @@ def test_arbitrary_record_sequences_replay_deterministically(records: list[Recor
             assert state.leader == -1 or state.leader in state.isr
 
 
+_reassignments = st.builds(
+    PartitionReassignment,
+    st.sampled_from(["id-x", "id-y"]),
+    st.integers(0, 2),
+    st.lists(st.sampled_from(BROKERS), min_size=1, max_size=3, unique=True).map(tuple),
+    st.lists(st.sampled_from(BROKERS), max_size=1).map(tuple),
+    st.lists(st.sampled_from(BROKERS), max_size=1).map(tuple),
+    st.sampled_from([-1, *BROKERS]),
+    st.integers(0, 3),
+    st.lists(st.sampled_from(BROKERS), max_size=3, unique=True).map(tuple),
+    st.integers(0, 3),
+)
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(record_strategy, max_size=60))
+@given(st.lists(record_strategy | _reassignments, max_size=60))
 def test_replay_all_equals_replaying_one_record_at_a_time(records: list[Record]) -> None:
     # replay_all applies runs of PartitionChange records in one pass per touched topic; the
     # image must be exactly the one record-by-record replay gives (ignored records included).

@@ -16,7 +16,9 @@ import pickle
 from pathlib import Path
 
 import pytest
-from flux.controller.quorum import RAFT_MESSAGE_BYTES_MAX
+from flux.controller.errors import NotControllerError, ProposalTimeoutError
+from flux.controller.image import MetadataImage
+from flux.controller.quorum import RAFT_MESSAGE_BYTES_MAX, MetadataQuorum
 from flux.controller.records import PartitionChange, Record, RegisterBroker, record_to_dict
 
 from tests.unit.test_quorum import quorums, run, wait_leader, wait_until
@@ -62,16 +64,28 @@ def test_the_sizes_below_include_ones_pysyncobj_splits_wrongly() -> None:
 _SIZES = list(range(1_000, 12_000, 500))
 
 
+async def _propose(
+    nodes: list[MetadataQuorum], records: list[Record], request_id: str
+) -> MetadataImage:
+    for _ in range(5):
+        leader = await wait_leader(nodes, timeout_s=30.0)
+        try:
+            return await leader.propose(records, request_id=request_id, timeout_s=20.0)
+        except (NotControllerError, ProposalTimeoutError):
+            continue
+    raise AssertionError(f"{request_id} was not committed in five attempts")
+
+
 def test_large_entries_commit_on_every_node(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def test() -> None:
-        async with quorums(tmp_path, 3) as nodes:
-            leader = await wait_leader(nodes)
+        # Long election timeouts: on a loaded machine a tick that takes in a large entry can
+        # outlast the default ones, and leadership changes are not what this test is about
+        # (a proposal is retried, by its request id, on whichever node leads then).
+        async with quorums(tmp_path, 3, election_timeout_s=(1.5, 3.0)) as nodes:
             for index, count in enumerate(_SIZES):
-                image = await leader.propose(
-                    _records(count, index + 1), request_id=f"big-{index}", timeout_s=20.0
-                )
+                image = await _propose(nodes, _records(count, index + 1), f"big-{index}")
             await wait_until(lambda: all(q.image == image for q in nodes), timeout_s=30.0)
             assert sorted(image.brokers) == list(range(1, len(_SIZES) + 1))
 
