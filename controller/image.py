@@ -18,7 +18,7 @@ decrease.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar
 
@@ -73,11 +73,21 @@ class FrozenMap(Mapping[K, V]):
     Iterates in insertion order; equality is mapping equality.
     """
 
-    __slots__ = ("_data", "_hash")
+    __slots__ = ("_data", "_hash", "_memo")
 
     def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
         self._data: dict[K, V] = dict(items)
         self._hash: int | None = None
+        self._memo: dict[str, Any] | None = None
+
+    def memo(self, name: str, build: Callable[[FrozenMap[K, V]], Any]) -> Any:
+        """``build(self)``, computed once per map (the map never changes): an index over the
+        values, for example. Not part of equality, hashing or pickling."""
+        if self._memo is None:
+            self._memo = {}
+        if name not in self._memo:
+            self._memo[name] = build(self)
+        return self._memo[name]
 
     def __getitem__(self, key: K) -> V:
         return self._data[key]
@@ -406,10 +416,9 @@ class MetadataImage:
     # -- queries ------------------------------------------------------------------------
 
     def topic_by_id(self, topic_id: str) -> TopicImage | None:
-        for topic in self.topics.values():
-            if topic.topic_id == topic_id:
-                return topic
-        return None
+        """The topic with ``topic_id``; an index built once per ``topics`` map, so a lookup
+        does not cost the number of topics."""
+        return self.topics.memo("by_id", _index_by_id).get(topic_id)
 
     def live_broker_ids(self) -> list[int]:
         """Registered, unfenced brokers, sorted."""
@@ -732,6 +741,10 @@ def _set_pair(
     else:
         config[key] = value
     return tuple(sorted(config.items()))
+
+
+def _index_by_id(topics: FrozenMap[str, TopicImage]) -> dict[str, TopicImage]:
+    return {topic.topic_id: topic for topic in topics.values()}
 
 
 def _stale(current: PartitionState, record: PartitionChange | PartitionReassignment) -> str | None:
