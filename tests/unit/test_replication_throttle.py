@@ -74,6 +74,18 @@ def test_the_controller_refuses_a_rate_that_is_not_a_positive_number() -> None:
     assert ok.response["error_code"] == ErrorCode.NONE and ok.records
 
 
+def _throttled_session(pair: _Pair, throttle: ReplicationThrottle) -> FetchSession:
+    """The leader's side of ``pair``'s fetch session, its sends charged to ``throttle``."""
+    return FetchSession(
+        replica_id=FOLLOWER,
+        incarnation_id="inc-2",
+        broker_id=LEADER,
+        lookup=lambda topic, index: pair.leaders.get(index) if topic == "t" else None,
+        image=lambda: pair.image,
+        throttle=throttle,
+    )
+
+
 def test_only_a_replica_being_added_is_throttled(tmp_path: Path) -> None:
     """Partition 0 is being reassigned onto the follower (it is in ``adding``), partition 1
     is an ordinary in-sync follower: with an empty bucket only partition 1 is answered; once
@@ -86,14 +98,7 @@ def test_only_a_replica_being_added_is_throttled(tmp_path: Path) -> None:
             pair.leaders[index].append_as_leader(build_batch([(None, b"x" * 1000, ())]))
     clock = _Clock()
     throttle = ReplicationThrottle(4000, clock=clock)
-    session = FetchSession(
-        replica_id=FOLLOWER,
-        incarnation_id="inc-2",
-        broker_id=LEADER,
-        lookup=lambda topic, index: pair.leaders.get(index) if topic == "t" else None,
-        image=lambda: pair.image,
-        throttle=throttle,
-    )
+    session = _throttled_session(pair, throttle)
 
     async def scenario() -> tuple[list, list]:
         first = await session.serve(pair.request([0, 1]))
@@ -122,14 +127,7 @@ def test_a_position_confirmed_while_the_bucket_is_empty_is_recorded(tmp_path: Pa
         pair.leaders[0].append_as_leader(build_batch([(None, b"y" * 1000, ())]))
     clock = _Clock()
     throttle = ReplicationThrottle(1_000_000, clock=clock)
-    session = FetchSession(
-        replica_id=FOLLOWER,
-        incarnation_id="inc-2",
-        broker_id=LEADER,
-        lookup=lambda topic, index: pair.leaders.get(index) if topic == "t" else None,
-        image=lambda: pair.image,
-        throttle=throttle,
-    )
+    session = _throttled_session(pair, throttle)
 
     async def scenario() -> list:
         clock.now += 1.0
