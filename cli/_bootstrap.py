@@ -4,13 +4,38 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-__all__ = ["DEFAULT_BOOTSTRAP", "LOCAL_CLUSTER_STATE", "default_bootstrap", "default_broker_http"]
+import click
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "DEFAULT_CLUSTER_DIR",
+    "LOCAL_CLUSTER_STATE",
+    "cluster_dir_option",
+    "default_bootstrap",
+    "default_broker_http",
+]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-#: The state file ``fluxctl cluster up`` writes, relative to the working directory.
-LOCAL_CLUSTER_STATE = Path(".flux/cluster/cluster.json")
+#: Where ``fluxctl cluster up`` keeps a local cluster, relative to the working directory.
+DEFAULT_CLUSTER_DIR = ".flux/cluster"
+#: The state file ``fluxctl cluster up`` writes there.
+LOCAL_CLUSTER_STATE = Path(DEFAULT_CLUSTER_DIR) / "cluster.json"
+
+
+def cluster_dir_option(help_text: str) -> Callable[[Any], Any]:
+    """``--data-dir`` (parameter ``cluster_dir``): a local cluster's directory."""
+    return click.option(
+        "--data-dir",
+        "cluster_dir",
+        default=DEFAULT_CLUSTER_DIR,
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help=help_text,
+    )
 
 
 def default_bootstrap(state_path: Path | str | None = None) -> str:

@@ -35,9 +35,10 @@ from typing import Any
 import click
 from flux.controller.membership import MAX_NODE_ID, MembershipRefused, parse_address
 
+from ._bootstrap import cluster_dir_option
+
 __all__ = ["controller"]
 
-DEFAULT_CLUSTER_DIR = ".flux/cluster"
 #: One HTTP request to a controller gives up after this long (a change retries until
 #: ``--timeout``); adding waits for the new voter to catch up, so it may take a while.
 REQUEST_TIMEOUT_S = 60.0
@@ -206,13 +207,8 @@ _config_option = click.option(
     type=click.Path(dir_okay=False, exists=True),
     help="a node config: its voters and the cluster's internal security",
 )
-_dir_option = click.option(
-    "--data-dir",
-    "cluster_dir",
-    default=DEFAULT_CLUSTER_DIR,
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="the local cluster of fluxctl cluster up (when neither of the above is given)",
+_dir_option = cluster_dir_option(
+    "the local cluster of fluxctl cluster up (when neither of the above is given)"
 )
 _timeout_option = click.option(
     "--timeout", default=90.0, show_default=True, help="seconds to wait for the change"

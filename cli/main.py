@@ -51,9 +51,10 @@ from flux.cluster.launcher import (
     write_json_atomically,
 )
 
+from ._bootstrap import cluster_dir_option
+
 __all__ = ["main"]
 
-DEFAULT_CLUSTER_DIR = ".flux/cluster"
 STATE_FILE = "cluster.json"
 STATE_LOCK_FILE = "cluster.lock"
 DEFAULT_KAFKA_PORT = 9092
@@ -143,14 +144,7 @@ def cluster() -> None:
     containers from docker-compose.cluster.yml."""
 
 
-_dir_option = click.option(
-    "--data-dir",
-    "cluster_dir",
-    default=DEFAULT_CLUSTER_DIR,
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="where configs, data and logs of the local cluster live",
-)
+_dir_option = cluster_dir_option("where configs, data and logs of the local cluster live")
 _json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 _docker_option = click.option(
     "--docker", is_flag=True, help="the cluster of containers (docker-compose.cluster.yml)"
