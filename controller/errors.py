@@ -10,7 +10,9 @@ malformed stored data and the Raft layer::
     └── QuorumError                    the Raft layer could not complete a proposal
         ├── NotControllerError         this node is not the Raft leader (``leader_address`` hints)
         ├── ProposalTimeoutError       no commit within the timeout: outcome unknown
-        └── QuorumClosedError          the quorum was closed
+        ├── QuorumClosedError          the quorum was closed
+        └── RaftRecoveryRefusedError   damaged Raft files that cannot be recovered safely: the
+                                       controller does not start (``raft_files``)
 
 Kafka error codes map onto this tree in one place, ``ERROR_CODES``.
 """
@@ -28,6 +30,7 @@ __all__ = [
     "ProposalTimeoutError",
     "QuorumClosedError",
     "QuorumError",
+    "RaftRecoveryRefusedError",
 ]
 
 
@@ -62,6 +65,11 @@ class ProposalTimeoutError(QuorumError):
 
 class QuorumClosedError(QuorumError):
     """The quorum was closed before or while the operation ran."""
+
+
+class RaftRecoveryRefusedError(QuorumError):
+    """The Raft files are damaged (or the term and vote are lost) and starting would be
+    unsafe; the message says why and what an operator can do. Nothing was changed on disk."""
 
 
 # One table from exception class to the Kafka error code an HTTP/Kafka layer should answer with.

@@ -25,9 +25,15 @@ Guarantees and how they are kept (see ``/work/shared/notes/pysyncobj.md`` for th
 - The loop side keeps the records of the last ``MAX_DELTA_VERSIONS`` applied commands
   (``records_since``), so followers of the metadata get the records since the version they
   hold, not the whole image (Kafka's metadata log); after a snapshot load it starts over.
-- Journal and snapshot live in ``data_dir``. A journal or snapshot that cannot be loaded is
-  moved aside (``<name>.corrupt-<timestamp>``, logged at ERROR) and the node starts as an
-  empty member that resyncs from its peers, never with silently partial state.
+- Journal and snapshot live in ``data_dir``. Before pysyncobj opens them they are checked
+  (``flux.controller.raft_files``: framing, indexes, terms, and a CRC-32 that every metadata
+  command carries); damaged ones are moved aside (``<name>.corrupt-<UTC time>``, logged at
+  ERROR) and the node starts as an empty member that resyncs from its peers, never with
+  silently partial state. Until it has applied a recovery marker it proposed after the restart
+  it *abstains* (``_FluxSyncObj``: grants no vote, never campaigns), because a voter that
+  lost entries it acknowledged could otherwise elect a leader without them. It refuses to
+  start when that cannot be made safe (lost term and vote, or no peers); the reasoning is in
+  ``raft_files``.
 - Membership is dynamic (pysyncobj's ``dynamicMembershipChange``): ``add_voter`` and
   ``remove_voter`` change it one voter at a time, and the membership lives in pysyncobj's log
   and snapshot, so a restarted controller replays it over the voters of its config file. What
@@ -50,28 +56,28 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import gzip
+import datetime
 import itertools
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from flux.controller import raft_files
 from flux.controller.errors import (
     InvalidRecordError,
     NotControllerError,
     ProposalTimeoutError,
     QuorumClosedError,
     QuorumError,
+    RaftRecoveryRefusedError,
 )
 from flux.controller.image import MetadataImage
+from flux.controller.raft_files import DUMP_NAME, JOURNAL_NAME, command_checksum
 from flux.controller.records import ControllerActivated, Record, record_from_dict, record_to_dict
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
-from pysyncobj import pickle as raft_pickle
-from pysyncobj.journal import FileJournal
-from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE
+from pysyncobj.syncobj import _RAFT_STATE
 
 __all__ = [
     "MAX_RECORDS_PER_PROPOSAL",
@@ -80,6 +86,7 @@ __all__ = [
     "NotControllerError",
     "ProposalTimeoutError",
     "QuorumClosedError",
+    "RaftRecoveryRefusedError",
     "raft_settings",
 ]
 
@@ -102,9 +109,12 @@ CAMPAIGN_AFTER_CONNECTED_S = 0.3
 MAX_DELTA_VERSIONS = 10_000
 #: ... and at most this many records in all (a topic of 10,000 partitions is one record).
 MAX_DELTA_RECORDS = 200_000
-JOURNAL_NAME = "raft.journal"
-DUMP_NAME = "raft.dump"
+#: A controller resyncing a log it lost proposes its recovery marker this often until it has
+#: applied it (a proposal without a leader fails at once: ``commandsWaitLeader=False``).
+RECOVERY_MARKER_RETRY_S = 1.0
 _BARRIER_PREFIX = "leader-barrier:"
+_RECOVERY_PREFIX = "raft-recovery:"
+_RESERVED_PREFIXES = (_BARRIER_PREFIX, _RECOVERY_PREFIX)
 
 
 def raft_settings(
@@ -181,7 +191,12 @@ class _MetadataStateMachine(SyncObjConsumer):
         self.applied: dict[str, int] = {}
 
     @replicated
-    def apply_records(self, record_dicts: list[dict[str, Any]], request_id: str) -> MetadataImage:
+    def apply_records(
+        self, record_dicts: list[dict[str, Any]], request_id: str, checksum: int | None = None
+    ) -> MetadataImage:
+        """Apply one metadata command. ``checksum`` (``command_checksum`` of the records and
+        request id) is not needed here: it protects the command in the journal, where
+        ``raft_files`` checks it at every start (commands from peers arrive authenticated)."""
         if request_id in self.applied:
             _log.debug("request %s was already applied", request_id)
             return self.image
@@ -204,6 +219,59 @@ class _MetadataStateMachine(SyncObjConsumer):
         super()._deserialize(data)
         _log.info("metadata state restored from a snapshot at version %d", self.image.version)
         self._notify(self.image, None, True, [])
+
+
+class _FluxSyncObj(SyncObj):
+    """pysyncobj's ``SyncObj`` that can *abstain*: while ``abstaining`` it grants no vote,
+    ignores a leader's request to take over (``timeout_now``) and never campaigns; it still
+    stores and acknowledges the entries a leader sends, and forwards commands. A controller
+    resyncing a log it lost abstains (``flux.controller.raft_files`` says why).
+
+    The two overrides replace pysyncobj's private ``__onMessageReceived`` (the transport's
+    callback, bound in ``SyncObj.__init__``) and ``__connectedToAnyone`` (the only test in
+    front of an election) by their mangled names. ``abstaining`` is set before
+    ``SyncObj.__init__`` starts the tick thread, so pysyncobj counts it among its own
+    attributes and never puts it into a snapshot; after that only the tick thread writes it.
+    """
+
+    _ABSTAIN_FROM = frozenset({"request_vote", "timeout_now"})
+
+    def __init__(
+        self,
+        self_address: str,
+        peers: list[str],
+        conf: SyncObjConf,
+        consumers: list[SyncObjConsumer],
+        *,
+        abstaining: bool,
+    ) -> None:
+        self.abstaining = abstaining
+        super().__init__(self_address, peers, conf, consumers)
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        if (
+            self.abstaining
+            and isinstance(message, dict)
+            and message.get("type") in self._ABSTAIN_FROM
+        ):
+            return
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _SyncObj__connectedToAnyone(self) -> bool:
+        if self.abstaining:
+            return False
+        connected: bool = SyncObj._SyncObj__connectedToAnyone(self)
+        return connected
+
+
+class _Recovery:
+    """A controller resyncing a log it lost (tick thread only): the request id of its
+    recovery marker and when to propose it next."""
+
+    def __init__(self, marker_request_id: str) -> None:
+        self.marker_request_id = marker_request_id
+        self.next_proposal = 0.0
+        self.started = time.monotonic()
 
 
 class MetadataQuorum:
@@ -255,9 +323,15 @@ class MetadataQuorum:
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        self._data_dir = data_dir
         self._journal_file = data_dir / JOURNAL_NAME
         self._dump_file = data_dir / DUMP_NAME
-        _set_aside_unreadable_files(self._journal_file, self._dump_file)
+        #: Set while this node resyncs a log it lost (tick thread only after start).
+        self._recovery: _Recovery | None = self._check_raft_files()
+        #: What ``status`` reports about it (loop side).
+        self._recovery_status: dict[str, Any] | None = (
+            None if self._recovery is None else raft_files.read_recovery_state(data_dir)
+        )
 
         self._machine = _MetadataStateMachine(self._on_applied_in_raft_thread)
         conf = raft_settings(
@@ -270,8 +344,53 @@ class MetadataQuorum:
             election_timeout_s=election_timeout_s,
             bind_address=bind_address,
         )
-        self._sync = SyncObj(self_address, list(self.peer_addresses), conf, [self._machine])
+        self._sync = _FluxSyncObj(
+            self_address,
+            list(self.peer_addresses),
+            conf,
+            [self._machine],
+            abstaining=self._recovery is not None,
+        )
+        # The journal check expects every metadata command to call method 0 (raft_files).
+        method_ids = [v for k, v in self._sync._methodToID.items() if k[0] == id(self._machine)]
+        assert method_ids == [raft_files.APPLY_RECORDS_METHOD_ID], method_ids
         self._sync.addOnTickCallback(self._on_tick_in_raft_thread)
+
+    def _check_raft_files(self) -> _Recovery | None:
+        """Check the Raft files before pysyncobj opens them; set damaged ones aside. Returns
+        the recovery to run, or None for a normal start; raises ``RaftRecoveryRefusedError``
+        when starting would be unsafe (``raft_files``)."""
+        plan = raft_files.inspect_raft_files(self._data_dir, has_peers=bool(self.peer_addresses))
+        if plan.refusal is not None:
+            _log.critical("controller %d refuses to start: %s", self.node_id, plan.refusal)
+            raise RaftRecoveryRefusedError(plan.refusal)
+        if not plan.resync:
+            return None
+        marker = f"{_RECOVERY_PREFIX}{self.node_id}:{time.time_ns()}"
+        state = raft_files.set_aside(
+            self._data_dir,
+            plan,
+            marker_request_id=marker,
+            now=datetime.datetime.now(datetime.UTC),
+        )
+        if plan.damage:
+            _log.error(
+                "controller %d cannot load its Raft state in %s (%s); moved aside: %s. It "
+                "starts as an empty member, resyncs the log from its peers and does not vote "
+                "until it holds the log again.",
+                self.node_id,
+                self._data_dir,
+                "; ".join(f"{d.name}: {d.problem}" for d in plan.damage),
+                ", ".join(state.set_aside) or "nothing",
+            )
+        else:
+            _log.warning(
+                "controller %d resyncs its Raft log from its peers and does not vote until it "
+                "holds it again: %s",
+                self.node_id,
+                "; ".join(state.reasons),
+            )
+        return _Recovery(marker)
 
     # -- the one boundary from pysyncobj's thread into asyncio ----------------------------
 
@@ -305,8 +424,38 @@ class MetadataQuorum:
         others = self._sync.otherNodes
         self._members = frozenset([self.self_address, *(node.address for node in others)])
         self._hold_elections_in_raft_thread(others)
+        if self._recovery is not None:
+            self._drive_recovery_in_raft_thread(self._recovery)
         while self._raft_calls:
             self._raft_calls.popleft()()
+
+    def _drive_recovery_in_raft_thread(self, recovery: _Recovery) -> None:
+        """Propose the recovery marker until it is applied here; then the log holds every
+        entry this node had before it lost it, and it votes again (``raft_files``)."""
+        marker = recovery.marker_request_id
+        if marker in self._machine.applied:
+            raft_files.finish_recovery(self._data_dir)
+            self._recovery = None
+            self._sync.abstaining = False
+            elapsed_s = time.monotonic() - recovery.started
+            _log.warning(
+                "controller %d recovered its Raft log from its peers in %.1f s (up to index "
+                "%d); it votes again",
+                self.node_id,
+                elapsed_s,
+                self._sync.raftLastApplied,
+            )
+            self._to_loop(self._on_recovered)
+            return
+        now = time.monotonic()
+        if now >= recovery.next_proposal:
+            recovery.next_proposal = now + RECOVERY_MARKER_RETRY_S
+            # An empty command: the state machine only remembers its request id. pysyncobj
+            # forwards it to the leader; its outcome is read from ``applied``, not a callback.
+            self._machine.apply_records([], marker, command_checksum([], marker))
+
+    def _on_recovered(self) -> None:
+        self._recovery_status = None
 
     def _hold_elections_in_raft_thread(self, others: set[Any]) -> None:
         """Push this node's election deadline past the next ticks while none of its
@@ -340,10 +489,10 @@ class MetadataQuorum:
                 if error == FAIL_REASON.SUCCESS:
                     self._to_loop(self._on_leadership, True, term)
 
+            barrier = [record_to_dict(ControllerActivated(node_id=self.node_id))]
+            barrier_id = f"{_BARRIER_PREFIX}{self.node_id}:{term}"
             self._machine.apply_records(
-                [record_to_dict(ControllerActivated(node_id=self.node_id))],
-                f"{_BARRIER_PREFIX}{self.node_id}:{term}",
-                callback=on_barrier,
+                barrier, barrier_id, command_checksum(barrier, barrier_id), callback=on_barrier
             )
         elif old_state == _RAFT_STATE.LEADER:
             self._to_loop(self._on_leadership, False, term)
@@ -489,8 +638,8 @@ class MetadataQuorum:
             raise QuorumClosedError("the metadata quorum is closed")
         if not request_id or len(request_id) > MAX_REQUEST_ID_LENGTH:
             raise ValueError(f"request id must have 1 to {MAX_REQUEST_ID_LENGTH} characters")
-        if request_id.startswith(_BARRIER_PREFIX):
-            raise ValueError(f"request ids starting with {_BARRIER_PREFIX!r} are reserved")
+        if request_id.startswith(_RESERVED_PREFIXES):
+            raise ValueError(f"request ids starting with {_RESERVED_PREFIXES} are reserved")
         if len(records) > MAX_RECORDS_PER_PROPOSAL:
             raise ValueError(f"more than {MAX_RECORDS_PER_PROPOSAL} records in one proposal")
         if not self.is_leader:
@@ -508,7 +657,8 @@ class MetadataQuorum:
             def on_result(result: Any, error: int) -> None:  # pysyncobj thread
                 self._to_loop(self._on_command_result, request_id, result, error)
 
-            self._machine.apply_records(dicts, request_id, callback=on_result)
+            checksum = command_checksum(dicts, request_id)
+            self._machine.apply_records(dicts, request_id, checksum, callback=on_result)
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except TimeoutError:
@@ -682,6 +832,8 @@ class MetadataQuorum:
             "raft_last_applied": None if closed else self._sync.raftLastApplied,
             "version": self._image.version,
             "closed": closed,
+            # Present while this controller resyncs a log it lost and abstains from votes.
+            "journal_recovery": self._recovery_status,
         }
 
     async def close(self) -> None:
@@ -707,75 +859,3 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_exception(error)
     else:
         future.set_result(result)
-
-
-# -- recovery of unreadable files ---------------------------------------------------------
-
-
-def _check_journal(path: Path) -> None:
-    """Raise if pysyncobj could not load the journal at ``path``."""
-    journal = FileJournal(str(path))
-    try:
-        previous_index = None
-        for i in range(len(journal)):
-            command, index, _term = journal[i]
-            if previous_index is not None and index != previous_index + 1:
-                raise ValueError(f"journal index {index} follows {previous_index}")
-            previous_index = index
-            if not command:
-                raise ValueError(f"empty journal entry at index {index}")
-            if command[0] == _COMMAND_TYPE.REGULAR:
-                raft_pickle.loads(command[1:])
-    finally:
-        journal._destroy()
-
-
-def _check_dump(path: Path) -> None:
-    """Raise if pysyncobj could not load the snapshot at ``path``."""
-    with open(path, "rb") as file, gzip.GzipFile(fileobj=file) as unzipped:
-        data = raft_pickle.load(unzipped)
-    if not isinstance(data, tuple) or len(data) != 4:
-        raise ValueError("the snapshot is not a pysyncobj full dump")
-
-
-def _set_aside_unreadable_files(journal_file: Path, dump_file: Path) -> None:
-    """Move journal, journal meta and snapshot aside if either file cannot be loaded."""
-    reasons = []
-    for path, check in ((journal_file, _check_journal), (dump_file, _check_dump)):
-        if path.exists():
-            try:
-                check(path)
-            except Exception as error:  # any failure means: pysyncobj cannot load it
-                reasons.append(f"{path.name}: {type(error).__name__}: {error}")
-    if not reasons:
-        return
-    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
-    meta_file = journal_file.with_name(journal_file.name + ".meta")
-    term_and_vote = _read_term_and_vote(meta_file)
-    moved = []
-    for path in (journal_file, dump_file, meta_file):
-        if path.exists():
-            target = path.with_name(f"{path.name}.corrupt-{stamp}")
-            os.replace(path, target)
-            moved.append(f"{path} -> {target.name}")
-    if term_and_vote:
-        # Keep the Raft term and vote (they must survive restarts) but not the commit index,
-        # which would point past the now empty journal.
-        with open(meta_file, "wb") as file:
-            file.write(raft_pickle.dumps(term_and_vote))
-    _log.error(
-        "cannot load the Raft state (%s); moved aside: %s. Starting as an empty member that "
-        "resyncs from its peers.",
-        "; ".join(reasons),
-        ", ".join(moved),
-    )
-
-
-def _read_term_and_vote(meta_file: Path) -> dict[str, Any]:
-    try:
-        meta = raft_pickle.loads(meta_file.read_bytes())
-    except Exception:  # an unreadable meta file is simply not kept
-        return {}
-    if not isinstance(meta, dict):
-        return {}
-    return {k: meta[k] for k in ("currentTerm", "votedForNodeId") if k in meta}

@@ -24,7 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flux.controller.errors import NotControllerError, QuorumClosedError
+from flux.controller.errors import (
+    NotControllerError,
+    QuorumClosedError,
+    RaftRecoveryRefusedError,
+)
 from flux.controller.image import MetadataImage
 from flux.controller.quorum import MetadataQuorum
 from flux.controller.records import RegisterBroker, record_from_dict
@@ -273,9 +277,13 @@ def test_sigkilled_controller_restarts_with_every_committed_record(tmp_path: Pat
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
-def test_unreadable_journal_is_moved_aside(
+def test_unreadable_journal_of_a_lone_controller_refuses_to_start(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """With no peers to resync from, starting empty would lose every record: the controller
+    refuses and leaves the files as they are (flux.controller.raft_files). Members of a larger
+    quorum move such files aside and resync: tests/unit/test_controller_raft_files.py."""
+
     async def test() -> None:
         async with quorums(tmp_path, 1) as (quorum,):
             await wait_leader([quorum])
@@ -289,30 +297,21 @@ def test_unreadable_journal_is_moved_aside(
             journal.write_bytes(content[:60])
         else:
             journal.write_bytes(content[:40] + os.urandom(len(content) - 40))
-        (data_dir / "raft.dump").write_bytes(b"not a dump")
+        before = {p.name: p.read_bytes() for p in data_dir.iterdir()}
 
         with caplog.at_level(logging.ERROR, logger="flux.controller.quorum"):
-            quorum = MetadataQuorum(
-                node_id=1,
-                self_address=f"127.0.0.1:{free_port()}",
-                peer_addresses=[],
-                data_dir=data_dir,
-                secret=SECRET,
-                loop=asyncio.get_running_loop(),
-            )
-        try:
-            moved = sorted(p.name for p in data_dir.iterdir() if ".corrupt-" in p.name)
-            assert any(name.startswith("raft.journal.corrupt-") for name in moved), moved
-            assert any(name.startswith("raft.dump.corrupt-") for name in moved), moved
-            errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-            assert any("raft.journal" in e and "moved aside" in e for e in errors), errors
-            # It starts empty and works.
-            await wait_leader([quorum])
-            assert quorum.image.brokers == {}
-            image = await quorum.propose([register(7)], request_id="fresh")
-            assert set(image.brokers) == {7}
-        finally:
-            await quorum.close()
+            with pytest.raises(RaftRecoveryRefusedError, match="raft.journal"):
+                MetadataQuorum(
+                    node_id=1,
+                    self_address=f"127.0.0.1:{free_port()}",
+                    peer_addresses=[],
+                    data_dir=data_dir,
+                    secret=SECRET,
+                    loop=asyncio.get_running_loop(),
+                )
+        assert {p.name: p.read_bytes() for p in data_dir.iterdir()} == before
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert any("refuses to start" in e and "no peers" in e for e in errors), errors
 
     run(test)
 
