@@ -33,6 +33,7 @@ from flux.chaos.docker_cluster import (
     free_base_port,
 )
 from flux.chaos.nemesis import NemesisUnsupportedError
+from flux.chaos.partitions import CLIENT, Shape, isolate
 
 __all__ = ["CHAOS_COMPOSE_SETTINGS", "DockerControl", "docker_cluster"]
 
@@ -121,6 +122,26 @@ class DockerControl:
 
     def heal(self) -> None:
         self._cluster.heal()
+
+    def cut(self, shape: Shape) -> None:
+        """Only ``isolate`` (what disconnecting a container from the network is): the other
+        shapes need the netns process backend."""
+        isolated = [
+            node
+            for node in self.nodes()
+            if (node, CLIENT) in shape.drops and shape == isolate(node, self.nodes())
+        ]
+        if not isolated:
+            raise NemesisUnsupportedError(
+                f"the Docker backend cannot make a {shape.name} partition (only isolate); "
+                f"run on local processes in network namespaces (without --docker, as root)"
+            )
+        self._cluster.partition(isolated)
+
+    def jump_clock(self, node: int, offset_s: float) -> None:
+        raise NemesisUnsupportedError(
+            "clock jumps need the local process backend (fluxctl chaos run without --docker)"
+        )
 
     def stop_all(self) -> None:
         for node in list(self._paused):

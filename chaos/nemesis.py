@@ -21,6 +21,14 @@ measures failover, not a cluster kept down. The exception is ``crash``: every no
 once (a power cut), after which ``start`` steps bring nodes back one by one, without waiting
 for them to be ready (alone, a node waits for its quorum), and ``recover`` starts the rest.
 
+Network partitions come in the shapes of ``flux.chaos.partitions``: ``partition`` cuts the
+target off from the other nodes (``ClusterControl.partition``), ``isolate`` from the clients
+too, ``one-way-out`` drops what the target sends to the other nodes, ``one-way-in`` what they
+send to it, and ``bridge`` makes the target the only link between two halves of the others;
+all but ``partition`` go through ``ClusterControl.cut``. A ``clock`` step jumps the target's
+wall clock by the step's ``offset_s`` from the true time (``ClusterControl.jump_clock``);
+``recover`` sets every jumped clock back.
+
 Besides faults, a step may *move data* the way an operator does, and a fault may come while it
 runs: ``reassign`` (AlterPartitionReassignments through ``flux.sdk.Admin``: one replica of one
 or two random partitions of the topic replaced by a broker that does not hold it, the
@@ -56,6 +64,7 @@ from flux.sdk.wire import KafkaConnection
 
 from . import limits
 from .history import History
+from .partitions import Shape, bridge, isolate, one_way
 
 __all__ = [
     "FAULTS",
@@ -64,6 +73,7 @@ __all__ = [
     "ClusterControl",
     "Nemesis",
     "NemesisUnsupportedError",
+    "PARTITION_FAULTS",
     "Step",
     "format_schedule",
     "wait_full_isr",
@@ -85,7 +95,14 @@ FAULTS = (
     "reassign",
     "rebalance",
     "cancel",
+    "isolate",
+    "one-way-out",
+    "one-way-in",
+    "bridge",
+    "clock",
 )
+#: The faults that cut the network (``partition`` and the shapes ``cut`` installs).
+PARTITION_FAULTS = ("partition", "isolate", "one-way-out", "one-way-in", "bridge")
 #: The steps that move replicas (see the module docstring); they take no target.
 MOVES = ("reassign", "rebalance", "cancel")
 TARGETS = (
@@ -117,10 +134,16 @@ def wait_full_isr(
     timeout_s: float = limits.STABILIZE_TIMEOUT_S,
     *,
     client_config: Mapping[str, str] | None = None,
+    every_broker: bool = False,
 ) -> bool:
     """Wait until every partition of ``topics`` has a leader and every replica in its ISR;
     False if that did not happen within ``timeout_s``. ``client_config``: the cluster's client
-    security settings (Kafka's names), if it is secured."""
+    security settings (Kafka's names), if it is secured.
+
+    ``every_broker``: and until every broker of ``bootstrap`` says so itself, with the same
+    leaders (Metadata asked of each address; on a cluster without security). A broker cut off
+    by a partition may still see itself as a leader with the old ISR for a moment after the
+    heal; a client that asked it would read its stale high watermark as the end of the log."""
     deadline = time.monotonic() + timeout_s
     with Admin(bootstrap, timeout_s=limits.OP_TIMEOUT_S, security=client_config or None) as admin:
         while time.monotonic() < deadline:
@@ -128,12 +151,41 @@ def wait_full_isr(
                 partitions = [p for topic in topics for p in admin.describe_topic(topic).partitions]
             except FluxError:
                 partitions = []
-            if partitions and all(
-                p.leader >= 0 and set(p.isr) == set(p.replicas) for p in partitions
+            if (
+                partitions
+                and all(p.leader >= 0 and set(p.isr) == set(p.replicas) for p in partitions)
+                and (not every_broker or client_config or _brokers_agree(bootstrap, topics))
             ):
                 return True
             time.sleep(0.1)  # polling cluster state: there is nothing to wait on
     return False
+
+
+def _brokers_agree(bootstrap: str, topics: Sequence[str]) -> bool:
+    """Every broker of ``bootstrap`` answers Metadata with a leader and a full ISR for every
+    partition of ``topics``, and all name the same leaders."""
+    views = []
+    for address in bootstrap.split(","):
+        try:
+            with KafkaConnection.from_bootstrap(address, timeout_s=limits.OP_TIMEOUT_S) as conn:
+                answer = conn.request(
+                    ApiKey.METADATA, 1, {"topics": [{"name": topic} for topic in topics]}
+                )
+        except OSError:
+            return False
+        view = {}
+        for topic in answer["topics"]:
+            for partition in topic["partitions"]:
+                leader, isr = partition["leader_id"], partition["isr_nodes"]
+                if partition["error_code"] or leader < 0:
+                    return False
+                if set(isr) != set(partition["replica_nodes"]):
+                    return False
+                view[(topic["name"], partition["partition_index"])] = leader
+        if not view:
+            return False
+        views.append(view)
+    return all(view == views[0] for view in views)
 
 
 def wait_reassignments_done(
@@ -232,7 +284,18 @@ class ClusterControl(Protocol):
         ...
 
     def heal(self) -> None:
-        """Undo every ``partition``."""
+        """Undo every ``partition`` and ``cut``."""
+        ...
+
+    def cut(self, shape: Shape) -> None:
+        """Install ``shape`` (``flux.chaos.partitions``) as the network's partition, replacing
+        any earlier one. ``NemesisUnsupportedError`` for a shape the backend cannot make."""
+        ...
+
+    def jump_clock(self, node: int, offset_s: float) -> None:
+        """Set the node's wall clock ``offset_s`` seconds off the true time (0: true again);
+        its monotonic clock is untouched. ``NemesisUnsupportedError`` where the backend cannot
+        (only the local process backend can)."""
         ...
 
 
@@ -240,14 +303,16 @@ class ClusterControl(Protocol):
 class Step:
     """At ``at_s`` seconds after the faults start, do ``f`` to ``target``: a role (see
     ``TARGETS``), one node (``node-<id>``), or None for ``recover``, ``crash`` and the
-    ``MOVES``."""
+    ``MOVES``. ``offset_s``: a ``clock`` step's jump, from the true time."""
 
     at_s: float
     f: str
     target: str | None = None
+    offset_s: float | None = None
 
     def __post_init__(self) -> None:
         assert self.f in FAULTS, self.f
+        assert (self.offset_s is not None) == (self.f == "clock"), self
         assert self.target is None or self.target in TARGETS or _node_target(self.target), (
             self.target
         )
@@ -263,6 +328,7 @@ def format_schedule(steps: Sequence[Step]) -> str:
     """One line per step, as printed before a run."""
     return "\n".join(
         f"  +{step.at_s:6.2f}s  {step.f}{' ' + step.target if step.target else ''}"
+        f"{f' {step.offset_s:+g}s' if step.offset_s is not None else ''}"
         for step in steps
     )
 
@@ -296,6 +362,7 @@ class Nemesis:
         self._starting: set[int] = set()
         self._paused: set[int] = set()
         self._partitioned = False
+        self._clocks: dict[int, float] = {}  # node -> wall-clock offset set by a clock step
         # A reassign, rebalance or cancel ran: recoveries then wait for reassignments too.
         self._moved = False
 
@@ -319,7 +386,10 @@ class Nemesis:
         """Run one step. A step that fails is recorded as ``info`` and the schedule goes on
         (a fault that did not happen only makes the run gentler), except an unsupported one,
         which is re-raised: the scenario cannot run on this backend at all."""
-        invocation = self.history.invoke(NEMESIS_PROCESS, step.f, {"target": step.target})
+        value: dict[str, Any] = {"target": step.target}
+        if step.offset_s is not None:
+            value["offset_s"] = step.offset_s
+        invocation = self.history.invoke(NEMESIS_PROCESS, step.f, value)
         try:
             result = self._apply(step)
         except (NemesisUnsupportedError, FluxError, OSError, RuntimeError) as error:
@@ -366,7 +436,35 @@ class Nemesis:
         elif step.f == "partition":
             self.control.partition([node])
             self._partitioned = True
+        elif step.f in PARTITION_FAULTS:
+            shape = self._shape(step.f, node)
+            try:
+                self.control.cut(shape)
+            except NemesisUnsupportedError:
+                raise
+            except BaseException:
+                self._partitioned = True  # a cut that failed half-way is healed too
+                raise
+            self._partitioned = True
+            return {"node": node, **shape.describe()}
+        elif step.f == "clock":
+            assert step.offset_s is not None
+            self._clocks[node] = step.offset_s
+            self.control.jump_clock(node, step.offset_s)
+            return {"node": node, "offset_s": step.offset_s}
         return {"node": node}
+
+    def _shape(self, f: str, node: int) -> Shape:
+        nodes = self.control.nodes()
+        others = [n for n in nodes if n != node]
+        if f == "isolate":
+            return isolate(node, nodes)
+        if f == "one-way-out":
+            return one_way([node], others)
+        if f == "one-way-in":
+            return one_way(others, [node])
+        assert f == "bridge", f
+        return bridge(node, nodes)
 
     def _recover(self) -> dict[str, Any]:
         """Heal partitions, resume paused nodes, restart killed ones, then wait until every
@@ -379,6 +477,10 @@ class Nemesis:
         if self._partitioned:
             self.control.heal()
             self._partitioned = False
+        clocks = sorted(self._clocks)
+        for node in clocks:
+            self.control.jump_clock(node, 0.0)
+            del self._clocks[node]
         resumed = sorted(self._paused)
         for node in resumed:
             self.control.resume(node)
@@ -402,10 +504,14 @@ class Nemesis:
             moving["reassignments_left"] = sorted(f"{t}-{p}" for t, p in left)
         topics = [self.topic] + ([OFFSETS_TOPIC] if self.group is not None else [])
         full = wait_full_isr(
-            self.control.bootstrap_servers(), topics, client_config=self.control.client_config()
+            self.control.bootstrap_servers(),
+            topics,
+            client_config=self.control.client_config(),
+            every_broker=True,
         )
         return {
             "healed": healed,
+            **({"clocks_reset": clocks} if clocks else {}),
             "resumed": resumed,
             "restarted": restarted,
             **moving,

@@ -107,6 +107,8 @@ def _series(ops: Sequence[Op]) -> tuple[dict[str, dict[int, int]], list[tuple[fl
         if invocation.process == NEMESIS_PROCESS:
             if completion is not None and completion.type == "ok" and invocation.f != "recover":
                 label = f"{invocation.f} {completion.value.get('node', '')}".strip()
+                if "offset_s" in completion.value:  # a clock jump: by how much
+                    label += f" {completion.value['offset_s']:+g}s"
                 faults.append((invocation.time - start, completion.time - start, label))
             elif completion is not None and invocation.f == "recover" and faults:
                 begin, _, label = faults[-1]

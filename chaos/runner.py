@@ -5,7 +5,7 @@ object implementing ``flux.chaos.nemesis.ClusterControl`` (the process backend's
 ``flux.cli.chaos.ProcessCluster``, or a Docker backend's) and it
 
 1. creates the workload topic (3 partitions, replication factor up to 3,
-   ``min.insync.replicas=2``),
+   ``min.insync.replicas=2``, plus the scenario's ``topic_configs``),
 2. prints the seeded schedule and starts the workloads,
 3. runs the nemesis through the schedule, then lets the load run on for ``QUIET_S``,
 4. stops the workloads, heals everything, waits for full ISRs and reads every partition
@@ -123,7 +123,7 @@ def run_scenario(
     for topic in topics:
         _create_topic(
             bootstrap, replication_factor=replication_factor, client_config=client_config,
-            topic=topic,
+            topic=topic, configs=dict(scenario.topic_configs) if topic == TOPIC else {},
         )  # fmt: skip
     history = History()
     partitions = list(range(PARTITIONS))
@@ -169,7 +169,7 @@ def run_scenario(
     finally:
         for workload in workloads:
             workload.stop()
-    if not wait_full_isr(bootstrap, topics, client_config=client_config):
+    if not wait_full_isr(bootstrap, topics, client_config=client_config, every_broker=True):
         log("chaos: the topic did not regain full ISRs in time; reading anyway")
     final_read(history, bootstrap, TOPIC, client_config=client_config)
     if scenario.check_replicas:
@@ -194,6 +194,7 @@ def _create_topic(
     replication_factor: int,
     client_config: Mapping[str, str],
     topic: str = TOPIC,
+    configs: Mapping[str, str] | None = None,
 ) -> None:
     with Admin(bootstrap, timeout_s=30, security=client_config or None) as admin:
         try:
@@ -201,7 +202,7 @@ def _create_topic(
                 topic,
                 partitions=PARTITIONS,
                 replication_factor=replication_factor,
-                configs={"min.insync.replicas": str(min(2, replication_factor))},
+                configs={"min.insync.replicas": str(min(2, replication_factor)), **(configs or {})},
             )
         except TopicAlreadyExistsError:
             pass

@@ -9,7 +9,11 @@ place, then a gap of ``GAP_S`` with the cluster whole.
 
 A scenario also says how many nodes its cluster has (``nodes``: moving a replica of a topic
 replicated three ways needs a fourth broker) and whether the run ends by comparing every
-replica's log (``check_replicas``, see ``flux.chaos.replicas``).
+replica's log (``check_replicas``, see ``flux.chaos.replicas``), which backends it needs
+(``needs_partitions``: one that cuts the network, the Docker or the netns backend;
+``partition_shapes``: one-way and bridge partitions too, the netns backend only;
+``needs_clock``: wall-clock jumps, the local process backend only), and the configs of its
+topic and the settings of its nodes beyond the defaults.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .nemesis import Step
 from .workloads import WorkloadSpec
@@ -49,6 +54,22 @@ class Scenario:
     nodes: int = 3
     #: After the final read, compare the logs of every replica of the workload topic.
     check_replicas: bool = False
+    #: Needs the partition shapes beyond cutting a node off (one-way, bridge): the netns
+    #: process backend only.
+    partition_shapes: bool = False
+    #: Jumps wall clocks: the local process backend only, its nodes started with the shim.
+    needs_clock: bool = False
+    #: Configs of the workload topic besides ``min.insync.replicas``: (name, value).
+    topic_configs: tuple[tuple[str, str], ...] = ()
+    #: Node settings beyond the chaos cluster's: (section, key, value).
+    node_settings: tuple[tuple[str, str, Any], ...] = ()
+
+    def settings(self) -> dict[str, dict[str, Any]]:
+        """``node_settings`` as sections of keys (``start_process_cluster(extra=...)``)."""
+        sections: dict[str, dict[str, Any]] = {}
+        for section, key, value in self.node_settings:
+            sections.setdefault(section, {})[key] = value
+        return sections
 
 
 def _cycles(
@@ -136,6 +157,60 @@ def _mixed(rng: random.Random, duration_s: float, nodes: int, partitions: bool) 
     faults = MIXED_FAULTS + ((("partition", "leader"), ("partition", "any")) if partitions else ())
     return _cycles(rng, duration_s, lambda r: r.choice(faults))
 
+
+#: Partition shapes of the ``partition-shapes`` scenario, taken in a seeded order so that a
+#: short run still meets different ones.
+SHAPE_FAULTS = (
+    ("partition", "leader"),
+    ("isolate", "leader"),
+    ("one-way-out", "leader"),
+    ("one-way-in", "leader"),
+    ("bridge", "follower"),
+    ("partition", "controller"),
+    ("one-way-out", "controller"),
+)
+
+
+def _partition_shapes(
+    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+) -> list[Step]:
+    order = rng.sample(SHAPE_FAULTS, len(SHAPE_FAULTS))
+    cycle = iter(range(1_000_000))
+    return _cycles(rng, duration_s, lambda _: order[next(cycle) % len(order)])
+
+
+#: Whose clock jumps, and by how much (seconds, forward or backward): minutes to hours, below
+#: every time-based limit a jump may legitimately trip (7-day retention, a producer id
+#: expiring after a day), so nothing may change but timestamps.
+CLOCK_TARGETS = ("leader", "controller", "any")
+CLOCK_JUMPS_S = (300.0, 3600.0, 6 * 3600.0)
+
+
+def _clock_jump(rng: random.Random, duration_s: float, nodes: int, partitions: bool) -> list[Step]:
+    """One node's wall clock jumps forward or backward (in turn, so that a short run has
+    both), holds, and ``recover`` jumps it back to the true time."""
+    steps = []
+    at_s = WARM_UP_S
+    sign = rng.choice((1, -1))
+    while at_s < duration_s:
+        offset_s = sign * rng.choice(CLOCK_JUMPS_S)
+        sign = -sign
+        steps.append(Step(round(at_s, 2), "clock", rng.choice(CLOCK_TARGETS), offset_s=offset_s))
+        at_s += rng.uniform(*HOLD_S)
+        steps.append(Step(round(at_s, 2), "recover"))
+        at_s += rng.uniform(*GAP_S)
+    return steps
+
+
+#: The clock scenario's topic: small segments, rolled after an hour, kept 7 days, so a
+#: retention pass that trusted a jumped clock would delete closed segments (and the final read
+#: from offset 0 would miss them); its nodes check retention twice a second.
+CLOCK_TOPIC_CONFIGS = (
+    ("segment.bytes", str(16 * 1024)),
+    ("segment.ms", str(3600 * 1000)),
+    ("retention.ms", str(7 * 24 * 3600 * 1000)),
+)
+CLOCK_NODE_SETTINGS = (("broker", "retention_check_interval_ms", 500),)
 
 _LOG = WorkloadSpec()
 _LOG_AND_GROUP = WorkloadSpec(group_members=("confluent", "flux"))
@@ -239,10 +314,30 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "partition-leader",
-            "cut a partition leader off the network, heal (Docker backend only)",
+            "cut a partition leader off the other nodes, heal (Docker or netns backend)",
             _always("partition", "leader"),
             _LOG,
             needs_partitions=True,
+        ),
+        Scenario(
+            "partition-shapes",
+            "partitions of every shape in turn: a node cut off from the others or from "
+            "everyone, one-way (a node cannot send, or cannot receive), a bridge node between "
+            "two halves (netns backend only)",
+            _partition_shapes,
+            _LOG,
+            needs_partitions=True,
+            partition_shapes=True,
+        ),
+        Scenario(
+            "clock-jump",
+            "jump the wall clock of a partition leader, the active controller or any node by "
+            "minutes to hours, forward or back, then back to the true time (local processes)",
+            _clock_jump,
+            _LOG,
+            needs_clock=True,
+            topic_configs=CLOCK_TOPIC_CONFIGS,
+            node_settings=CLOCK_NODE_SETTINGS,
         ),
         Scenario(
             "corrupt-tail",

@@ -3,6 +3,7 @@
     fluxctl chaos list
     fluxctl chaos schedule mixed --seed 7 --duration 60
     fluxctl chaos run kill-leader [--seed N] [--duration S] [--out DIR] [--docker | --secure]
+        [--netns]
     fluxctl chaos check DIR/history.jsonl
 
 ``run`` starts its own 3-node cluster of node processes (with the short failure-detection
@@ -11,7 +12,10 @@ stops every node, prints the report and exits 1 if the history shows an illegal 
 (2 if the result is unknown). It never touches the cluster of ``fluxctl cluster up``. With
 ``--secure`` that cluster is secured as by ``fluxctl cluster up --secure`` (TLS, SASL, ACLs, a
 super user ``admin``; see ``flux.cluster.launcher``) and every client of the run logs in as
-``admin``.
+``admin``. Scenarios that cut the network run their nodes in network namespaces
+(``flux.chaos.netns``: root, ``ip`` and iptables or nft needed), and ``--netns`` does that for
+any scenario (``mixed`` then draws partitions too); scenarios that jump clocks start their nodes
+with the clock shim (``flux.chaos.clock_shim``).
 
 This module also holds ``ProcessCluster``, the process backend of ``flux.chaos``'s
 ``ClusterControl`` (``flux.chaos`` may not import ``flux.cluster``; the CLI and the tests may),
@@ -34,8 +38,11 @@ from typing import Any
 import click
 from flux.chaos import history as history_module
 from flux.chaos.checker import check
+from flux.chaos.clock_shim import CLOCK_FILE_ENV, write_offset, write_sitecustomize
 from flux.chaos.docker_cluster import DockerError, controller_status
 from flux.chaos.nemesis import NemesisUnsupportedError, format_schedule
+from flux.chaos.netns import NetnsError, NetnsNetwork, netns_network
+from flux.chaos.partitions import Shape, split
 from flux.chaos.report import format_report
 from flux.chaos.runner import docker_backend_factory, run_scenario
 from flux.chaos.scenarios import SCENARIOS, generate_schedule
@@ -74,14 +81,24 @@ DEFAULT_SEED_RANGE = 1_000_000
 NODE_TIMEOUT_S = 30.0
 #: A node that has not exited this long after SIGTERM is SIGKILLed (and the restart says so).
 GRACEFUL_STOP_TIMEOUT_S = 10.0
-#: Host names of the node certificate of a secured chaos cluster (nodes advertise 127.0.0.1).
+#: Host names of the node certificate of a secured chaos cluster (nodes advertise 127.0.0.1,
+#: or their namespace's address, which is added).
 SECURE_HOSTS = ("127.0.0.1", "localhost")
+#: Ports of nodes in network namespaces: each namespace has ports of its own, so they are fixed
+#: (node N: Kafka 9092+N-1, broker HTTP 9292+N-1, Raft 9192+2(N-1), controller HTTP one more).
+NETNS_PORTS = {"kafka_base_port": 9092, "controller_base_port": 9192, "http_base_port": 9292}
+#: Where a cluster with clock jumps keeps the shim's sitecustomize.py, and each node's offset.
+CLOCK_SHIM_DIR = "clock-shim"
+CLOCK_OFFSET_FILE = "clock-offset"
 
 
 class ProcessCluster:
     """``ClusterControl`` over local ``NodeProcess`` es: signals for kill / pause / resume,
-    SIGTERM and a fresh start for restart. No network partitions (``NemesisUnsupportedError``:
-    they need the Docker backend).
+    SIGTERM and a fresh start for restart. Network partitions only when the nodes run in
+    network namespaces (``network``; the backend is then called ``netns``): ``partition``
+    splits the nodes from the others with the clients still reaching everyone, ``cut``
+    installs any ``flux.chaos.partitions`` shape. Clock jumps only when the nodes were started
+    with the clock shim (``clock_files``: node -> its offset file).
 
     Thread-safety: driven by one thread (the nemesis); ``stop_all`` after it finished.
     """
@@ -94,10 +111,15 @@ class ProcessCluster:
         *,
         client_config: Mapping[str, str] | None = None,
         ca_file: Path | None = None,
+        network: NetnsNetwork | None = None,
+        clock_files: Mapping[int, Path] | None = None,
     ) -> None:
         """``client_config`` and ``ca_file``: a secured cluster's client settings (Kafka's
         names, without ``bootstrap.servers``) and the CA its node HTTP is verified with."""
         self._processes = {process.node_id: process for process in processes}
+        self._network = network
+        self._clock_files = dict(clock_files or {})
+        self.backend = "netns" if network is not None else "process"
         self._client_config = dict(client_config or {})
         self._ca_file = ca_file
         self._paused: set[int] = set()
@@ -159,12 +181,31 @@ class ProcessCluster:
         return self._processes[node].data_dir
 
     def partition(self, nodes: Sequence[int]) -> None:
-        raise NemesisUnsupportedError(
-            "network partitions need the Docker backend (fluxctl chaos run ... --docker)"
-        )
+        self._require_network().apply(split(nodes, self.nodes()))
+
+    def cut(self, shape: Shape) -> None:
+        self._require_network().apply(shape)
 
     def heal(self) -> None:
-        raise NemesisUnsupportedError("network partitions need the Docker backend")
+        self._require_network().heal()
+
+    def _require_network(self) -> NetnsNetwork:
+        if self._network is None:
+            raise NemesisUnsupportedError(
+                "network partitions need the nodes in network namespaces (fluxctl chaos run "
+                "... --netns, as root) or the Docker backend (--docker)"
+            )
+        return self._network
+
+    def jump_clock(self, node: int, offset_s: float) -> None:
+        """Takes effect in a running node within ``flux.chaos.clock_shim.REFRESH_S``; a node
+        started later starts with it (a machine's clock stays wrong across a restart)."""
+        if node not in self._clock_files:
+            raise NemesisUnsupportedError(
+                "clock jumps need nodes started with the clock shim "
+                "(start_process_cluster(clock_jumps=True))"
+            )
+        write_offset(self._clock_files[node], offset_s)
 
     def stop_all(self) -> None:
         """Resume paused nodes (a stopped process ignores SIGTERM), then stop every node."""
@@ -187,47 +228,94 @@ def start_process_cluster(
     nodes: int = NODES,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
     secure: bool = False,
+    netns: bool = False,
+    clock_jumps: bool = False,
 ) -> Iterator[ProcessCluster]:
     """Start ``nodes`` combined nodes under ``root`` with ``CHAOS_NODE_SETTINGS`` (plus
     ``extra``), yield their ``ProcessCluster``, stop every node on exit (also on errors).
 
     ``secure``: secured as by ``fluxctl cluster up --secure`` (certificates in ``root/tls``,
     the admin's client settings in ``root/client.properties``); the ``ProcessCluster`` hands
-    every client the admin's settings."""
+    every client the admin's settings. ``netns``: every node in a network namespace of its
+    own (``flux.chaos.netns``; ``NetnsUnavailableError`` says why it cannot), removed with the
+    cluster. ``clock_jumps``: nodes started with the clock shim, so ``jump_clock`` works."""
     settings: dict[str, dict[str, Any]] = {s: dict(k) for s, k in CHAOS_NODE_SETTINGS.items()}
     for section, keys in (extra or {}).items():
         settings.setdefault(section, {}).update(keys)
     root.mkdir(parents=True, exist_ok=True)
-    tls = write_cluster_tls(root / TLS_DIR, SECURE_HOSTS) if secure else None
-    processes = local_cluster_configs(root, nodes, extra=settings, tls=tls)
-    cluster: ProcessCluster | None = None
-    try:
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.wait_ready(NODE_TIMEOUT_S)
-        cluster = _process_cluster(root, processes, tls)
-        _wait_for_controller(cluster)
-        yield cluster
-    finally:
-        if cluster is not None:
-            cluster.stop_all()
-        else:
+    with contextlib.ExitStack() as network_scope:
+        network = network_scope.enter_context(netns_network(range(1, nodes + 1))) if netns else None
+        addresses = network.addresses if network is not None else {}
+        hosts = SECURE_HOSTS + tuple(addresses.values())
+        tls = write_cluster_tls(root / TLS_DIR, hosts) if secure else None
+        processes = local_cluster_configs(
+            root,
+            nodes,
+            extra=settings,
+            tls=tls,
+            hosts=addresses or None,
+            **(NETNS_PORTS if network is not None else {}),
+        )
+        if network is not None:
             for process in processes:
-                process.stop(timeout_s=10.0)
+                process.command_prefix = network.command_prefix(process.node_id)
+        clock_files = _install_clock_shim(root, processes) if clock_jumps else {}
+        cluster: ProcessCluster | None = None
+        try:
+            for process in processes:
+                process.start()
+            for process in processes:
+                process.wait_ready(NODE_TIMEOUT_S)
+            cluster = _process_cluster(root, processes, tls, network, clock_files)
+            _wait_for_controller(cluster)
+            yield cluster
+        finally:
+            if cluster is not None:
+                cluster.stop_all()
+            else:
+                for process in processes:
+                    process.stop(timeout_s=10.0)
+
+
+def _install_clock_shim(root: Path, processes: Sequence[NodeProcess]) -> dict[int, Path]:
+    """Start every node with ``flux.chaos.clock_shim`` (a ``sitecustomize`` on its
+    ``PYTHONPATH``) reading an offset file of its own, set to 0; node -> offset file."""
+    shim = write_sitecustomize(root / CLOCK_SHIM_DIR)
+    python_path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH")) if p)
+    files = {}
+    for process in processes:
+        offset_file = process.config_path.parent / CLOCK_OFFSET_FILE
+        write_offset(offset_file, 0.0)
+        process.environment = {
+            **process.environment,
+            CLOCK_FILE_ENV: str(offset_file),
+            "PYTHONPATH": python_path,
+        }
+        files[process.node_id] = offset_file
+    return files
 
 
 def _process_cluster(
-    root: Path, processes: Sequence[NodeProcess], tls: ClusterTls | None
+    root: Path,
+    processes: Sequence[NodeProcess],
+    tls: ClusterTls | None,
+    network: NetnsNetwork | None,
+    clock_files: Mapping[int, Path],
 ) -> ProcessCluster:
     """The ``ProcessCluster`` of started nodes; on a secured cluster, once ``admin`` exists."""
     if tls is None:
-        return ProcessCluster(processes)
+        return ProcessCluster(processes, network=network, clock_files=clock_files)
     password = secrets.token_urlsafe(24)
     settings = provision_admin(processes, tls, password=password, timeout_s=NODE_TIMEOUT_S)
     write_client_properties(root / CLIENT_PROPERTIES_FILE, settings)
     client_config = {key: value for key, value in settings.items() if key != "bootstrap.servers"}
-    return ProcessCluster(processes, client_config=client_config, ca_file=tls.ca_file)
+    return ProcessCluster(
+        processes,
+        client_config=client_config,
+        ca_file=tls.ca_file,
+        network=network,
+        clock_files=clock_files,
+    )
 
 
 def _wait_for_controller(cluster: ProcessCluster) -> None:
@@ -265,7 +353,12 @@ def chaos_list() -> None:
     """The scenarios and what each does."""
     for name in sorted(SCENARIOS):
         scenario = SCENARIOS[name]
-        suffix = " [--docker]" if scenario.needs_partitions else ""
+        if scenario.partition_shapes:
+            suffix = " [netns]"
+        elif scenario.needs_partitions:
+            suffix = " [netns or --docker]"
+        else:
+            suffix = ""
         click.echo(f"{name:18} {scenario.description}{suffix}")
 
 
@@ -274,12 +367,16 @@ def chaos_list() -> None:
 @_seed_option
 @_duration_option
 @click.option("--docker", is_flag=True, help="the schedule of a Docker run (with partitions)")
-def chaos_schedule(scenario: str, seed: int | None, duration_s: float, docker: bool) -> None:
+@click.option("--netns", is_flag=True, help="the schedule of a --netns run (with partitions)")
+def chaos_schedule(
+    scenario: str, seed: int | None, duration_s: float, docker: bool, netns: bool
+) -> None:
     """Print the fault schedule a seed gives, without running anything."""
     seed = _pick_seed(seed)
     chosen = SCENARIOS[scenario]
+    partitions = docker or netns or chosen.needs_partitions
     steps = generate_schedule(
-        chosen, seed=seed, duration_s=duration_s, nodes=chosen.nodes, partitions=docker
+        chosen, seed=seed, duration_s=duration_s, nodes=chosen.nodes, partitions=partitions
     )
     click.echo(f"scenario {scenario} seed {seed} duration {duration_s:g}")
     click.echo(format_schedule(steps) or "  (no steps)")
@@ -298,6 +395,12 @@ def chaos_schedule(scenario: str, seed: int | None, duration_s: float, docker: b
 )
 @click.option("--docker", is_flag=True, help="run on the Docker backend (network partitions)")
 @click.option(
+    "--netns",
+    is_flag=True,
+    help="run the local nodes in network namespaces, with partitions (root; automatic for "
+    "scenarios that need partitions)",
+)
+@click.option(
     "--secure",
     is_flag=True,
     help="secure the cluster as `fluxctl cluster up --secure` does (TLS, SASL, ACLs); every "
@@ -309,6 +412,7 @@ def chaos_run(
     duration_s: float,
     out_dir: str | None,
     docker: bool,
+    netns: bool,
     secure: bool,
 ) -> None:
     """Run SCENARIO on a fresh local cluster and check the history."""
@@ -317,8 +421,16 @@ def chaos_run(
     root = Path(out_dir or f".flux/chaos/{scenario}-{seed}").resolve()
     if root.exists() and any(root.iterdir()):
         raise click.ClickException(f"{root} is not empty: pick another --out or remove it")
-    if docker and secure:
-        raise click.UsageError("--secure runs on the process backend only (without --docker)")
+    if docker and (secure or netns):
+        raise click.UsageError(
+            "--secure and --netns run on the process backend only (without --docker)"
+        )
+    if docker and (chosen.partition_shapes or chosen.needs_clock):
+        raise click.ClickException(
+            f"{scenario} runs on local processes only (one-way and bridge partitions, clock "
+            f"jumps): drop --docker"
+        )
+    netns = netns or chosen.needs_partitions
     if docker:
         factory = docker_backend_factory()
         if factory is None:
@@ -326,19 +438,26 @@ def chaos_run(
                 "the Docker backend is not installed (flux.chaos.docker_backend is missing)"
             )
         backend = factory(root / "cluster", nodes=chosen.nodes)
-    elif chosen.needs_partitions:
-        raise click.ClickException(f"{scenario} needs network partitions: add --docker")
     else:
-        backend = start_process_cluster(root / "cluster", nodes=chosen.nodes, secure=secure)
+        backend = start_process_cluster(
+            root / "cluster",
+            nodes=chosen.nodes,
+            extra=chosen.settings(),
+            secure=secure,
+            netns=netns,
+            clock_jumps=chosen.needs_clock,
+        )
     try:
         with backend as control:
             outcome = run_scenario(
                 chosen, control, seed=seed, duration_s=duration_s, out_dir=root, log=click.echo
             )
-    except (DockerError, ClusterSecurityError, NemesisUnsupportedError) as error:
+    except (DockerError, ClusterSecurityError, NemesisUnsupportedError, NetnsError) as error:
         raise click.ClickException(str(error)) from None
     click.echo(f"files: {', '.join(str(path) for path in outcome.files.values())}")
-    docker_flag = " --docker" if docker else " --secure" if secure else ""
+    flags = [("--docker", docker), ("--netns", netns and not chosen.needs_partitions),
+             ("--secure", secure)]  # fmt: skip
+    docker_flag = "".join(f" {flag}" for flag, given in flags if given)
     click.echo(
         f"reproduce: fluxctl chaos run {scenario} --seed {seed} --duration {duration_s:g}"
         f"{docker_flag}"

@@ -188,6 +188,7 @@ def local_cluster_configs(
     controller_ids: Sequence[int] | None = None,
     broker_ids: Sequence[int] | None = None,
     tls: ClusterTls | None = None,
+    hosts: Mapping[int, str] | None = None,
 ) -> list[NodeProcess]:
     """Write the configs of a local cluster of ``nodes`` combined (controller + broker) nodes
     under ``root/node-<id>/`` and return their (not yet started) processes.
@@ -204,23 +205,33 @@ def local_cluster_configs(
     With ``tls`` (see ``write_cluster_tls``) the cluster is secured: each node's only Kafka
     listener is ``SASL_SSL`` on its Kafka port, with ``secure_settings(tls)``; ``extra`` still
     wins over both.
+
+    ``hosts`` gives nodes their own address (node id -> host; ``host`` for the others), which
+    they bind and advertise, e.g. one per network namespace (``flux.chaos.netns``). Free ports
+    are probed on the node's own address, so with addresses that are not this namespace's,
+    give the base ports.
     """
     secret = secrets.token_hex(16)
     all_ids = range(1, nodes + 1)
     controllers = set(controller_ids if controller_ids is not None else all_ids)
     brokers = set(broker_ids if broker_ids is not None else all_ids)
+    node_hosts = {node_id: (hosts or {}).get(node_id, host) for node_id in all_ids}
     voters = []
     for node_id in sorted(controllers):
         if controller_base_port:
             raft_port = controller_base_port + 2 * (node_id - 1)
             http_port = raft_port + 1
         else:
-            raft_port, http_port = free_port(host), free_port(host)
+            raft_port = free_port(node_hosts[node_id])
+            http_port = free_port(node_hosts[node_id])
         voters.append((node_id, raft_port, http_port))
-    voter_list = [f"{node_id}@{host}:{raft}:{http}" for node_id, raft, http in voters]
+    voter_list = [
+        f"{node_id}@{node_hosts[node_id]}:{raft}:{http}" for node_id, raft, http in voters
+    ]
     ports = {node_id: (raft, http) for node_id, raft, http in voters}
     processes = []
     for node_id in all_ids:
+        host = node_hosts[node_id]
         raft_port, http_port = ports.get(node_id, (0, 0))
         roles = [
             role
@@ -298,6 +309,10 @@ class NodeProcess:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     ready: dict[str, Any] = field(default_factory=dict)
+    #: Prepended to the node's command line on every start (e.g. ``ip netns exec NS``, which
+    #: execs the node, so ``pid`` stays the node's), and environment variables added to it.
+    command_prefix: Sequence[str] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ready_path(self) -> Path:
@@ -346,6 +361,7 @@ class NodeProcess:
         try:
             self.process = subprocess.Popen(
                 [
+                    *self.command_prefix,
                     sys.executable,
                     "-m",
                     "flux.cli.main",
@@ -358,7 +374,7 @@ class NodeProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={**os.environ, **(env or {})},
+                env={**os.environ, **self.environment, **(env or {})},
             )
         finally:
             log_file.close()

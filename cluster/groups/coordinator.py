@@ -59,6 +59,7 @@ from .expiration import plan_expiration
 from .offsets_records import (
     PUSH_GROUP_PREFIX,
     OffsetCommitEntry,
+    OffsetsRecordError,
     OffsetsState,
     group_metadata_record,
     offset_commit_record,
@@ -101,8 +102,21 @@ Records = list[tuple[bytes, bytes | None]]
 RecordsIn = Sequence[tuple[bytes, bytes | None]]
 
 
+#: The wall clock (ms) when this process started, less the monotonic clock then; see
+#: ``_now_ms``.
+_WALL_MINUS_MONOTONIC_MS = time.time() * 1000 - time.monotonic() * 1000
+
+
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    """The group state machine's clock: the wall clock as of this process's start, advanced
+    by the monotonic clock. Session, join and sync deadlines are computed with it, so a step
+    of the system clock (NTP, an operator) neither expires every session at once (a step
+    forward) nor postpones every deadline by the size of a step back: the chaos scenario of
+    a coordinator whose clock jumped an hour ahead and back left a group without any
+    assignment until the end of the run (an hour, had it run on). The times it writes (commit
+    times, when a group emptied) differ from the wall clock only by steps made while this
+    process runs."""
+    return int(_WALL_MINUS_MONOTONIC_MS + time.monotonic() * 1000)
 
 
 @dataclass(frozen=True)
@@ -953,8 +967,8 @@ def _plan_commit(
             elif metadata is not None and len(metadata) > MAX_METADATA_LENGTH:
                 results[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
-                records.append(
-                    offset_commit_record(
+                try:
+                    record = offset_commit_record(
                         group_id,
                         key[0],
                         key[1],
@@ -963,7 +977,13 @@ def _plan_commit(
                         metadata,
                         now,
                     )  # fmt: skip
-                )
+                except OffsetsRecordError:
+                    # A partition -1 or an empty topic name cannot be a commit record: that
+                    # partition's error, not an exception out of the handler (the fuzzer's
+                    # TxnOffsetCommit with partition -1 closed the connection).
+                    results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                records.append(record)
                 results[key] = ErrorCode.NONE
     return records, results
 

@@ -42,6 +42,11 @@ class ControllerClient:
         #: ``cluster.internal_security.InternalSecurity``: scheme, TLS and node credential.
         self._internal = internal
         self._active: str | None = None
+        #: Which controller a write without a known active one asks next. It outlives the
+        #: call: a controller that did not answer (a partition drops its packets, so the call
+        #: spends its whole deadline on it) is not asked first again by the next heartbeat, which
+        #: would then never reach the new active controller and get its broker fenced.
+        self._cursor = 0
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ControllerClient:
@@ -78,11 +83,9 @@ class ControllerClient:
         """Send a write to the active controller; follow leader hints; retry until the deadline."""
         deadline = time.monotonic() + timeout_s
         backoff = INITIAL_BACKOFF_S
-        attempt = 0
         last_problem = "no attempt made"
         while True:
-            address = self._active or self._addresses[attempt % len(self._addresses)]
-            attempt += 1
+            address = self._active or self._addresses[self._cursor % len(self._addresses)]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ControllerUnavailableError(f"{method} {path}: {last_problem}")
@@ -91,17 +94,27 @@ class ControllerClient:
             except (TimeoutError, aiohttp.ClientError, OSError) as error:
                 last_problem = f"controller {address} unreachable: {error!r}"
                 self._active = None
+                self._move_past(address)
             else:
                 if status != NOT_CONTROLLER_STATUS and status < 500:
                     self._active = address
                     return answer
                 last_problem = f"controller {address}: {answer.get('error_message')}"
+                self._move_past(address)
                 hint = answer.get("leader_http")
                 self._active = hint if hint and hint != address else None
                 if self._active is not None:
                     continue  # follow the hint at once
             await asyncio.sleep(min(backoff, max(deadline - time.monotonic(), 0)))
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _move_past(self, address: str) -> None:
+        """Ask the controller after ``address`` next (not ``address`` again: it may be the
+        active one that just failed)."""
+        if address in self._addresses:
+            self._cursor = self._addresses.index(address) + 1
+        else:
+            self._cursor += 1
 
     async def quorum_view(self, timeout_s: float = 1.0) -> tuple[int, int, int | None]:
         """``(controllers answering, controllers configured, active controller id or None)``,

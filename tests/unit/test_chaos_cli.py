@@ -1,12 +1,14 @@
 """``fluxctl chaos`` commands that need no cluster: list, schedule, check, and the refusals of
-``run`` (partitions without Docker, a Docker backend that does not exist yet)."""
+``run`` (partitions where network namespaces cannot run, a Docker backend that does not exist yet)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from flux.chaos import history as history_module
+from flux.chaos import netns
 from flux.chaos.history import Op
 from flux.chaos.runner import docker_backend_factory
 from flux.cli.chaos import chaos
@@ -53,11 +55,16 @@ def test_check_reports_a_saved_history_and_exits_1_when_invalid(tmp_path: Path) 
     assert "result: INVALID" in result.output and "anomaly lost-write: 1" in result.output
 
 
-def test_run_refuses_partitions_without_docker(tmp_path: Path) -> None:
+def test_run_refuses_partitions_where_namespaces_cannot_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --docker a partition scenario runs in network namespaces; where they cannot run
+    (here: pretended), the refusal says why."""
+    monkeypatch.setattr(netns, "netns_unavailable_reason", lambda: "needs root (pretended)")
     result = CliRunner().invoke(
         chaos, ["run", "partition-leader", "--seed", "1", "--out", str(tmp_path / "run")]
     )
-    assert result.exit_code != 0 and "--docker" in result.output
+    assert result.exit_code != 0 and "needs root (pretended)" in result.output
 
 
 def test_run_with_docker_and_no_daemon_says_so_in_one_line(tmp_path: Path) -> None:
