@@ -19,6 +19,7 @@ controllers reachable``), which ``fluxctl cluster status`` shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -192,7 +193,10 @@ class Node:
             transactions,
         )
         self.metrics = BrokerMetrics(
-            broker_id=config.node.id, partitions=replicas.partitions, image=lambda: replicas.image
+            broker_id=config.node.id,
+            partitions=replicas.partitions,
+            image=lambda: replicas.image,
+            offline_log_dirs=lambda: int(replicas.log_dir_offline),
         )
         heap = self.heap = HeapPolicy(self.metrics.gc_pauses.observe)
         replicas.add_image_listener(
@@ -314,8 +318,11 @@ class Node:
     def _health(self) -> dict[str, Any]:
         lifecycle = self.lifecycle
         registered = lifecycle is not None and lifecycle.ready.is_set() and not lifecycle.stale
+        offline = self.replicas is not None and self.replicas.log_dir_offline
         return {
-            "healthy": registered,
+            "healthy": registered and not offline,
+            # The data directory failed (a disk fault): see docs/operations.md, "Disk faults".
+            "log_dir_offline": offline,
             "node_id": self.config.node.id,
             "metadata_version": self.replicas.image.version if self.replicas else 0,
             # How metadata arrived: commands replayed as deltas, and whole images (snapshots).
@@ -344,8 +351,11 @@ class Node:
             await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
-        (self.config.data_dir / READY_FILE).unlink(missing_ok=True)
-        (self.config.data_dir / STATE_FILE).unlink(missing_ok=True)
+        # The data directory may be read-only or failing (a disk fault): stop all the same.
+        with contextlib.suppress(OSError):
+            (self.config.data_dir / READY_FILE).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            (self.config.data_dir / STATE_FILE).unlink(missing_ok=True)
         if self.heap is not None:
             self.heap.close()
         if self.push is not None:

@@ -400,6 +400,9 @@ class ControllerService:
         # never fenced by a heartbeat (only by silence), however far its metadata lags.
         registration = self.image.brokers.get(broker_id)
         keep_fenced = registration is not None and registration.fenced and not caught_up
+        # A broker whose log directory failed asks to be fenced (Kafka's WantFence with
+        # offline log dirs): its leaderships move to the other in-sync replicas at once.
+        keep_fenced = keep_fenced or body.get("want_fence") is True
         result, image = await self._write(
             lambda image: handlers.broker_heartbeat(
                 image,

@@ -10,7 +10,8 @@ Imports nothing else of Flux (DESIGN.md §2). The public API:
 - ``CheckpointStore``: small transactional node-local state in LMDB.
 - ``flux.storage.compaction``: log compaction (planning, the clean, the crash-safe swap;
   records are decoded by a codec the caller passes).
-- errors: ``StorageError`` and its subclasses (see ``flux.storage.errors``).
+- errors: ``StorageError`` and its subclasses (see ``flux.storage.errors``); an I/O error
+  (ENOSPC, EIO, EROFS) fails the log or store that met it with ``LogDirectoryError``.
 """
 
 from flux.storage._segment import create_segment_file
@@ -20,6 +21,7 @@ from flux.storage.config import LogConfig
 from flux.storage.errors import (
     CorruptBatchError,
     LogClosedError,
+    LogDirectoryError,
     OffsetMismatchError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -39,6 +41,7 @@ __all__ = [
     "CorruptBatchError",
     "Log",
     "LogClosedError",
+    "LogDirectoryError",
     "LogConfig",
     "MemoryLog",
     "OffsetMismatchError",

@@ -9,18 +9,25 @@ and one transaction can span several of them. Integer values are stored as
 
 Durability: every write call is one LMDB write transaction committed with
 ``sync=True`` (one fsync per call), so callers batch with ``put_many``.
+
+I/O errors: a write that the disk refuses (ENOSPC, EIO, EROFS) raises
+``LogDirectoryError``, and the store is failed from then on (every later write raises the
+same error; reads still answer from what was committed): the environment lives in the
+node's log directory, which the broker then takes offline.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import lmdb
-from flux.storage.errors import LogClosedError, StorageError
+from flux.storage.errors import LogClosedError, LogDirectoryError, StorageError
 
 __all__ = ["CheckpointStore"]
 
@@ -52,6 +59,8 @@ class CheckpointStore:
             readahead=False,
         )
         self._max_key_bytes = self._env.max_key_size()
+        #: The I/O error that failed the store (see the module docstring), None while healthy.
+        self.failure: LogDirectoryError | None = None
 
     @property
     def path(self) -> Path:
@@ -150,7 +159,10 @@ class CheckpointStore:
         return self._env
 
     def _write(self) -> Any:
-        return _WriteTransaction(self._environment(), self._path)
+        environment = self._environment()
+        if self.failure is not None:
+            raise LogDirectoryError(self.failure.path, self.failure.cause)
+        return _WriteTransaction(environment, self._path, self)
 
     def _prefix(self, namespace: str, kind: bytes) -> bytes:
         if not namespace or "\x00" in namespace:
@@ -186,14 +198,25 @@ class _WriteTransaction:
     """``with`` block around one LMDB write transaction: commit on success, abort on error,
     and report a full map as a StorageError."""
 
-    def __init__(self, env: Any, path: Path) -> None:
+    def __init__(self, env: Any, path: Path, store: CheckpointStore) -> None:
         self._env = env
         self._path = path
+        self._store = store
         self._txn: Any = None
 
     def __enter__(self) -> Any:
-        self._txn = self._env.begin(write=True)
+        try:
+            self._txn = self._env.begin(write=True)
+        except lmdb.Error as error:
+            raise self._failed(error) from error
         return self._txn
+
+    def _failed(self, error: lmdb.Error) -> LogDirectoryError:
+        """An LMDB error that is not about our data (a full map, a bad key) is the disk's."""
+        failure = LogDirectoryError(self._path, _os_error(error))
+        if self._store.failure is None:
+            self._store.failure = failure
+        return failure
 
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
         if exc_type is not None:
@@ -207,3 +230,15 @@ class _WriteTransaction:
             self._txn.commit()
         except lmdb.MapFullError as error:
             raise StorageError(f"checkpoint store {self._path} is full; raise map_size") from error
+        except lmdb.Error as error:
+            raise self._failed(error) from error
+
+
+def _os_error(error: lmdb.Error) -> BaseException:
+    """py-lmdb reports a failed system call as ``lmdb.Error("mdb_txn_commit: No space left
+    on device")``: an OSError with the errno when the message names a known one."""
+    message = str(error)
+    for code in (errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT, errno.EACCES):
+        if os.strerror(code) in message:
+            return OSError(code, message)
+    return error

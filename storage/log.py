@@ -4,10 +4,18 @@ Like Kafka's ``UnifiedLog`` over ``LogSegment``s: the log owns roll,
 retention, truncation, flush and (on disk) recovery; segments own bytes and
 sparse indexes. Neither class is thread-safe: a log has a single owner (the
 broker calls it from its one asyncio thread).
+
+Disk faults: the first OSError of an append, roll, read, truncation, retention
+pass, flush or clean install (ENOSPC, EIO, EROFS...) *fails* the log: it raises
+``LogDirectoryError`` (path and errno), calls ``on_failure`` once, and from then
+on every such call raises the same error; ``close`` then releases the files
+without a flush or the clean-shutdown marker, so the next ``open`` recovers the
+log by CRC. A partial write is truncated before the error is raised.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -16,6 +24,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from crc32c import crc32c
 from flux.storage._segment import (
@@ -51,6 +60,7 @@ from flux.storage.compaction.swap import CLEANING_DIRECTORY, SWAP_SUFFIX, comple
 from flux.storage.config import LogConfig
 from flux.storage.errors import (
     LogClosedError,
+    LogDirectoryError,
     OffsetMismatchError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -79,6 +89,35 @@ _STRAY_SUFFIXES = (".tmp", ".deleted", ".swap", ".cleaned")
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _ignore_failure(failure: LogDirectoryError) -> None:
+    """The default ``on_failure``: nobody is told (the caller still gets the error)."""
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_L = TypeVar("_L", bound="_SegmentedLog")
+
+
+def _io_guarded(method: Callable[Concatenate[_L, _P], _R]) -> Callable[Concatenate[_L, _P], _R]:
+    """Turn an OSError raised by ``method`` (ENOSPC, EIO, EROFS...) into the log's failure, a
+    ``LogDirectoryError``; once failed, the log refuses every guarded call with that error
+    (Kafka takes a log directory offline on its first IOException: after a failed write or
+    fsync nobody can say which bytes reached the disk)."""
+
+    @functools.wraps(method)
+    def guarded(self: _L, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if self._failure is not None:
+            raise LogDirectoryError(self._failure.path, self._failure.cause)
+        try:
+            return method(self, *args, **kwargs)
+        except LogDirectoryError:
+            raise  # a nested guarded call failed the log already
+        except OSError as error:
+            raise self._fail(error) from error
+
+    return guarded
 
 
 class _SegmentedLog:
@@ -118,6 +157,11 @@ class _SegmentedLog:
         #: The aborted transactions of this log (``storage.txn_index``): truncated with the
         #: log, its entries below the log start dropped when the log start moves.
         self.txn_index = AbortedTxnIndex()
+        #: The I/O error that failed this log (see ``_io_guarded``), None while it is healthy.
+        self._failure: LogDirectoryError | None = None
+        #: Called once, with the failure, when an I/O error fails this log (the broker takes
+        #: the whole log directory offline).
+        self.on_failure: Callable[[LogDirectoryError], None] = _ignore_failure
         self._check_invariants()
 
     #: Bytes of recent appends kept in memory (0: none; the memory log reads RAM anyway).
@@ -175,11 +219,38 @@ class _SegmentedLog:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def failure(self) -> LogDirectoryError | None:
+        """The I/O error that failed this log, or None (see ``LogDirectoryError``)."""
+        return self._failure
+
+    def _failure_path(self) -> Path:
+        return Path("<memory>")
+
+    def _fail(self, error: OSError) -> LogDirectoryError:
+        """Record the first I/O error as this log's failure and tell ``on_failure``; the error
+        to raise (a later one, e.g. while closing a failed log, is only wrapped)."""
+        failure = LogDirectoryError(self._failure_path(), error)
+        if self._failure is None:
+            self._failure = failure
+            self._forget_tail()
+            logger.error("%s: %s; the log takes no more reads or writes", self, failure)
+            self.on_failure(failure)
+        return failure
+
+    def fail(self, failure: LogDirectoryError) -> None:
+        """Fail this log because its directory failed elsewhere (another log, the node-local
+        store): like its own I/O error, without telling ``on_failure``. Idempotent."""
+        if self._failure is None:
+            self._failure = failure
+            self._forget_tail()
+
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
 
     # -- append -------------------------------------------------------------------
 
+    @_io_guarded
     def append(
         self,
         batches: bytes | bytearray | memoryview,
@@ -299,6 +370,7 @@ class _SegmentedLog:
         self._bases.append(segment.base_offset)
         logger.debug("%s: rolled segment %d (%s)", self, segment.base_offset, reason)
 
+    @_io_guarded
     def roll(self) -> bool:
         """Start a new active segment now if the current one is non-empty; returns whether it rolled."""
         self._check_open()
@@ -309,6 +381,7 @@ class _SegmentedLog:
 
     # -- read ---------------------------------------------------------------------
 
+    @_io_guarded
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
         """Whole batches from the one containing ``offset``, concatenated.
 
@@ -348,6 +421,7 @@ class _SegmentedLog:
     def _segment_index(self, offset: int) -> int:
         return max(bisect_right(self._bases, offset) - 1, 0)
 
+    @_io_guarded
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, bytes] | None:
         """The first batch (at or above log_start_offset) with maxTimestamp >= timestamp_ms:
         (its base offset, its bytes), so the caller can find the exact record; None if none."""
@@ -371,6 +445,7 @@ class _SegmentedLog:
         for segment in self._segments[self._segment_index(offset) :]:
             yield from segment.batch_infos(offset)
 
+    @_io_guarded
     def last_batch_info(self) -> BatchInfo | None:
         """The header of the last stored batch, or None if the log holds none."""
         self._check_open()
@@ -382,6 +457,7 @@ class _SegmentedLog:
 
     # -- truncation and deletion --------------------------------------------------
 
+    @_io_guarded
     def truncate_to(self, offset: int) -> None:
         """Remove every batch whose base offset is >= ``offset``.
 
@@ -414,6 +490,7 @@ class _SegmentedLog:
         logger.info("%s: truncated to offset %d", self, boundary)
         self._check_invariants()
 
+    @_io_guarded
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the empty log at ``offset`` (a follower
         whose log no longer overlaps its leader's). Moves log_start_offset to ``offset``."""
@@ -433,6 +510,7 @@ class _SegmentedLog:
         logger.info("%s: truncated fully, restarting at offset %d", self, offset)
         self._check_invariants()
 
+    @_io_guarded
     def delete_records_before(self, offset: int) -> int:
         """Move log_start_offset up to ``offset`` (never down), persist it, delete the
         segments wholly below it. Returns the new log_start_offset."""
@@ -451,6 +529,7 @@ class _SegmentedLog:
         self._check_invariants()
         return self._log_start_offset
 
+    @_io_guarded
     def enforce_retention(
         self, now_ms: int | None = None, *, high_watermark: int | None = None
     ) -> int:
@@ -541,6 +620,7 @@ class _SegmentedLog:
         elif flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms:
             self.flush()
 
+    @_io_guarded
     def flush(self) -> None:
         """fsync everything written so far; recovery_point becomes log_end_offset."""
         self._check_open()
@@ -558,10 +638,11 @@ class _SegmentedLog:
     def flush_pending(self) -> bool:
         """Whether ``maybe_flush`` has work to do now or later: flush_ms is set and something
         is not fsynced yet. A caller that visits only changed logs keeps visiting this one."""
-        if self._closed or self._config.flush_ms is None:
+        if self._closed or self._failure is not None or self._config.flush_ms is None:
             return False
         return self._recovery_point != self.log_end_offset or any(s.dirty for s in self._segments)
 
+    @_io_guarded
     def maybe_flush(self) -> bool:
         """Apply flush_ms by time (call it periodically); returns whether it flushed."""
         self._check_open()
@@ -575,12 +656,22 @@ class _SegmentedLog:
         return True
 
     def close(self) -> None:
-        """Flush and release every file; further use raises LogClosedError. Idempotent."""
+        """Flush and release every file; further use raises LogClosedError. Idempotent.
+
+        A failed log (or one whose final flush fails) is released without flushing and without
+        the clean-shutdown marker, so the next open recovers it by CRC; ``close`` does not
+        raise for that: ``failure`` says what happened."""
         if self._closed:
             return
-        self._segments[-1].seal_time_index()
-        self.flush()
-        self._mark_clean_shutdown()
+        if self._failure is None:
+            try:
+                self._segments[-1].seal_time_index()
+                self.flush()
+                self._mark_clean_shutdown()
+            except LogDirectoryError:
+                pass  # failed by the flush: recorded, told, released below
+            except OSError as error:
+                self._fail(error)
         self._release()
 
     def _mark_clean_shutdown(self) -> None:
@@ -738,6 +829,9 @@ class PartitionLog(_SegmentedLog):
     def __repr__(self) -> str:
         return f"PartitionLog({str(self._directory)!r})"
 
+    def _failure_path(self) -> Path:
+        return self._directory
+
     @classmethod
     def open(
         cls,
@@ -758,8 +852,28 @@ class PartitionLog(_SegmentedLog):
         opens 10,000 of these on every broker). ``segment_fd`` (with ``new``): its first
         segment file, already created empty by ``create_segment_file`` (the file-system work of
         a new partition can then run off the event loop); the log owns it.
+        An I/O error (a full or failing disk) raises ``LogDirectoryError``.
         """
         directory = Path(directory)
+        try:
+            return cls._open(directory, config, recovery_point, clock_ms, new, segment_fd)
+        except LogDirectoryError:
+            raise
+        except OSError as error:
+            failure = LogDirectoryError(directory, error)
+            logger.error("%s: cannot open the log: %s", directory, failure)
+            raise failure from error
+
+    @classmethod
+    def _open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        recovery_point: int,
+        clock_ms: Callable[[], int],
+        new: bool,
+        segment_fd: int | None,
+    ) -> PartitionLog:
         if new:
             segment = _DiskSegment.create(
                 directory, 0, config.index_interval_bytes, fresh=True, fd=segment_fd
@@ -791,7 +905,11 @@ class PartitionLog(_SegmentedLog):
         if bases or clean:
             # fsync what recovery scanned or rewrote (and the marker's removal) before serving.
             log._directory_dirty = True
-            log.flush()
+            try:
+                log.flush()
+            except LogDirectoryError:
+                log._release()
+                raise
         else:
             # A new, empty log: there is nothing to protect yet, and creating thousands of
             # partitions must not cost thousands of fsyncs. Its first flush syncs the
@@ -852,6 +970,7 @@ class PartitionLog(_SegmentedLog):
             ),
         )
 
+    @_io_guarded
     def install_cleaned(
         self, result: CleanResult, crash_hook: Callable[[str], None] | None = None
     ) -> bool:

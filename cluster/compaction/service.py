@@ -77,8 +77,8 @@ class LogCleanerService:
         for partition in self._replicas.partitions():
             if not partition.config.compacted or not isinstance(partition.log, PartitionLog):
                 continue
-            if partition.log.closed:
-                continue
+            if partition.log.closed or partition.offline:
+                continue  # an offline replica's disk failed: nothing is read or written there
             view = partition.log.cleaner_view()
             # Below the last stable offset only: every transaction cleaned has ended.
             plan = plan_clean(view, partition.last_stable_offset, now_ms)

@@ -40,6 +40,7 @@ class BrokerMetrics:
         broker_id: int,
         partitions: Callable[[], Iterable[Partition]],
         image: Callable[[], MetadataImage],
+        offline_log_dirs: Callable[[], int] = lambda: 0,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.http_requests = Counter(
@@ -131,7 +132,7 @@ class BrokerMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self._collector = PartitionCollector(broker_id, partitions, image)
+        self._collector = PartitionCollector(broker_id, partitions, image, offline_log_dirs)
         self.registry.register(self._collector)
 
     def set_committed(self, committed: Committed) -> None:
@@ -147,10 +148,12 @@ class PartitionCollector(Collector):
         broker_id: int,
         partitions: Callable[[], Iterable[Partition]],
         image: Callable[[], MetadataImage],
+        offline_log_dirs: Callable[[], int] = lambda: 0,
     ) -> None:
         self._broker_id = broker_id
         self._partitions = partitions
         self._image = image
+        self._offline_log_dirs = offline_log_dirs
         self.committed: Committed = {}
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -177,9 +180,11 @@ class PartitionCollector(Collector):
         )
         leaders = 0
         under_count = 0
+        offline_replicas = 0
         led: dict[tuple[str, int], int] = {}
         for partition in list(self._partitions()):
             key = [partition.topic, str(partition.index)]
+            offline_replicas += partition.offline
             if isinstance(partition.log, MemoryLog):
                 memory.add_metric(key, partition.log.size_bytes)
             if not partition.is_leader:
@@ -207,6 +212,17 @@ class PartitionCollector(Collector):
             "flux_broker_under_replicated_partitions",
             "partitions led here whose ISR is smaller than their replicas",
             value=under_count,
+        )
+        # Kafka's OfflineLogDirectoryCount and OfflineReplicaCount (disk faults).
+        yield GaugeMetricFamily(
+            "flux_broker_offline_log_dirs",
+            "log directories taken offline by an I/O error (ENOSPC, EIO, EROFS)",
+            value=self._offline_log_dirs(),
+        )
+        yield GaugeMetricFamily(
+            "flux_broker_offline_replicas",
+            "replicas hosted here that are offline because their log directory failed",
+            value=offline_replicas,
         )
         offline = sum(
             1

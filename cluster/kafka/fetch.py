@@ -1,5 +1,8 @@
 """Fetch and ListOffsets: reads of a partition's leader up to its high watermark (long-polled
-until ``min_bytes``), and offsets by time (earliest, latest or a timestamp)."""
+until ``min_bytes``), and offsets by time (earliest, latest or a timestamp).
+
+A replica whose log directory failed answers KAFKA_STORAGE_ERROR (``partition_for_leader``),
+and so does a read that meets an I/O error (which takes the directory offline)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.records import decode_records, parse_batch_header
 from flux.storage import OffsetOutOfRangeError
 
+from ..replication.errors import error_code_for
 from ..replication.replica_manager import Partition
 from .common import KafkaApisBase, log
 
@@ -115,9 +119,9 @@ class FetchApis(KafkaApisBase):
                 result["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
                 has_error = True
                 continue
-            except OSError as error:
+            except OSError as error:  # LogDirectoryError: the directory is offline now
                 log.error("cannot read %s-%d: %s", name, index, error)
-                result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+                result["error_code"] = error_code_for(error)
                 has_error = True
                 continue
             result["records"] = data
@@ -171,6 +175,8 @@ class FetchApis(KafkaApisBase):
         if any_replica:
             local = self._replicas.partition(name, index)
             found = local if local is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if local is not None and local.offline:
+                found = ErrorCode.KAFKA_STORAGE_ERROR
         else:
             found = self._replicas.partition_for_leader(
                 name, index, request.get("current_leader_epoch", -1)
@@ -194,7 +200,12 @@ class FetchApis(KafkaApisBase):
             result["error_code"] = ErrorCode.INVALID_REQUEST
             return result
         else:
-            at = self._offset_for_timestamp(partition, timestamp)
+            try:
+                at = self._offset_for_timestamp(partition, timestamp)
+            except OSError as error:  # LogDirectoryError: the directory is offline now
+                log.error("cannot search %s-%d by time: %s", name, index, error)
+                result["error_code"] = error_code_for(error)
+                return result
             if at is not None:
                 result["offset"], result["timestamp"] = at
         if version == 0 and result["offset"] >= 0:
@@ -230,9 +241,9 @@ class FetchApis(KafkaApisBase):
             return result
         try:
             start = partition.log.delete_records_before(offset)
-        except OSError as error:
+        except OSError as error:  # LogDirectoryError: the directory is offline now
             log.error("DeleteRecords on %s-%d failed: %s", name, index, error)
-            result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+            result["error_code"] = error_code_for(error)
             return result
         partition.epochs.truncate_from_start(start)
         partition.producers.truncate_before(start)

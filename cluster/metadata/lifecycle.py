@@ -21,11 +21,19 @@ is the stale one: it stops heartbeating and stays fenced (the newer registration
 The registration carries the log directory's id (``log-dir.json``, made when the data
 directory is first used), so the controller can tell a restart with intact logs from one with
 a replaced or wiped disk (``flux.controller.election``).
+
+When the log directory goes offline (an I/O error: ``ReplicaManager.fail_log_directory``) the
+broker heartbeats at once and from then on with ``want_fence`` and the directory in
+``offline_log_dirs`` (Kafka's broker heartbeat fields): the controller fences it, which elects
+new leaders from the other in-sync replicas and takes it out of every ISR, and keeps it fenced
+while it asks. The process stays up, answering what needs no disk (ApiVersions, Metadata, the
+HTTP health and metrics), with ``state`` saying the directory is offline, until restarted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -114,7 +122,11 @@ class BrokerLifecycle:
         #: (broker id, incarnation) of each fenced broker -> when this broker saw it fenced.
         self._fenced_since: dict[tuple[int, str], float] = {}
         self._image_applied = asyncio.Event()
+        self._beat_now = asyncio.Event()
+        #: Heartbeats stopped (see ``_on_heartbeat_answer``).
+        self._silent = False
         replicas.add_image_listener(self._on_image)
+        replicas.add_offline_listener(self._on_log_dir_offline)
 
     async def start(self) -> None:
         """Register (waiting for the quorum as long as it takes), then follow metadata."""
@@ -135,7 +147,15 @@ class BrokerLifecycle:
             return
         self.state = state
         if self.on_state is not None:
-            self.on_state(state)
+            try:
+                self.on_state(state)
+            except OSError as error:  # the state file lives on the (maybe failed) data disk
+                log.warning("cannot record state %r: %s", state, error)
+
+    def _on_log_dir_offline(self, failure: OSError) -> None:
+        """The log directory failed: say so, and heartbeat now to be fenced at once."""
+        self._set_state(f"log directory offline ({failure}); restart the node once it is fixed")
+        self._beat_now.set()
 
     async def _waiting_state(self) -> str:
         reachable, total, active = await self._client.quorum_view()
@@ -187,6 +207,9 @@ class BrokerLifecycle:
         interval_s = self._config.broker.heartbeat_interval_ms / 1000
         last_logged = float("-inf")
         while not self.stale:
+            if self._silent:
+                await asyncio.sleep(interval_s)
+                continue
             try:
                 answer = await self._client.write(
                     "POST",
@@ -195,6 +218,11 @@ class BrokerLifecycle:
                         "broker_id": self.broker_id,
                         "incarnation_id": self.incarnation_id,
                         "metadata_version": self._replicas.image.version,
+                        # A failed log directory: fence us, our replicas serve nothing.
+                        "want_fence": self._replicas.log_dir_offline,
+                        "offline_log_dirs": (
+                            [self.log_dir_id] if self._replicas.log_dir_offline else []
+                        ),
                     },
                     timeout_s=max(interval_s * 2, 1.0),
                 )
@@ -206,7 +234,9 @@ class BrokerLifecycle:
                     log.warning("heartbeat not delivered: %s", error)
             else:
                 last_logged = float("-inf")
-            await asyncio.sleep(interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat_now.wait(), interval_s)
+            self._beat_now.clear()
 
     def report_unreachable(self, broker_id: int, incarnation_id: str) -> None:
         """Tell the active controller that our connection to ``broker_id`` broke (it probes
@@ -233,6 +263,14 @@ class BrokerLifecycle:
 
     async def _on_heartbeat_answer(self, answer: dict[str, Any]) -> None:
         code = answer.get("error_code", 0)
+        if code == 0 and self._replicas.log_dir_offline and answer.get("fenced") is False:
+            # A controller that does not know ``want_fence`` (an older version): fall silent,
+            # so that it fences this broker when the session times out.
+            log.warning(
+                "the controller kept this broker unfenced although its log directory is "
+                "offline: heartbeats stop, so that its session ends and it is fenced"
+            )
+            self._silent = True
         if code == ErrorCode.BROKER_ID_NOT_REGISTERED:
             log.warning("controller does not know this broker: registering again")
             await self._register_until_done()
@@ -302,6 +340,7 @@ class BrokerLifecycle:
             registration is not None
             and registration.incarnation_id == self.incarnation_id
             and not registration.fenced
+            and not self._replicas.log_dir_offline
         ):
             self.ready.set()
             self._set_state("ready")

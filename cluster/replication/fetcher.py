@@ -12,7 +12,10 @@ Each answer is applied partition by partition: append the batches as they are (o
 epochs from the leader), follow the leader's high watermark and log start, truncate a
 divergent tail to where the leader says the common history ends, or restart an empty log when
 the leader no longer has what this replica needs. A partition answered with an error is named
-again after ``ERROR_BACKOFF_S`` (the request then waits no longer than that).
+again after ``ERROR_BACKOFF_S`` (the request then waits no longer than that). An offline
+replica (its log directory failed: ``ReplicaManager.fail_log_directory``) is not fetched: it
+leaves every session at once, and the leader drops it from the ISR (the controller does, as
+this broker asks to be fenced).
 
 The partitions followed from each leader are regrouped on every metadata image that moved a
 leader or a replica of this broker (a pass over this broker's partitions then, never per round;
@@ -98,6 +101,7 @@ class ReplicaFetcherManager:
         self.on_leader_lost: Callable[[int, str], None] | None = None
         self._reported: dict[tuple[int, str], float] = {}
         replicas.add_image_listener(self._on_image)
+        replicas.add_offline_listener(lambda _failure: self._regroup_all())
 
     @property
     def image(self) -> MetadataImage:
@@ -106,10 +110,21 @@ class ReplicaFetcherManager:
     def _on_image(self, image: MetadataImage) -> None:
         if self.stopping or not self._replicas.roles_changed:
             return  # an ISR or config change: every partition follows the same leader as before
+        self._regroup_all()
+
+    def _regroup_all(self) -> None:
+        """Group the followed partitions by leader and hand each link its group."""
+        if self.stopping:
+            return
         groups: dict[int, dict[TopicPartition, Partition]] = {}
         for partition in self._replicas.partitions():
             leader = partition.state.leader
-            if not partition.is_leader and leader >= 0 and leader != self.broker_id:
+            if (
+                not partition.is_leader
+                and not partition.offline
+                and leader >= 0
+                and leader != self.broker_id
+            ):
                 groups.setdefault(leader, {})[(partition.topic, partition.index)] = partition
         for leader, link in self._links.items():
             link.follow(groups.pop(leader, {}))
@@ -158,11 +173,20 @@ class ReplicaFetcherManager:
     def apply(self, leader: int, answer: PartitionData) -> bool:
         """Apply one partition's answer; False if it carried an error or could not be stored."""
         partition = self._replicas.partition(answer.topic, answer.partition)
-        if partition is None or partition.is_leader or partition.state.leader != leader:
-            return True  # the role changed while the fetch was in flight
+        if (
+            partition is None
+            or partition.is_leader
+            or partition.offline
+            or partition.state.leader != leader
+        ):
+            return True  # the role changed (or the disk failed) while the fetch was in flight
         name = f"{answer.topic}-{answer.partition}"
         try:
             problem = partition.apply_fetch_answer(answer)
+        except OSError as error:  # LogDirectoryError included: the disk failed
+            log.error("%s: cannot store batches from leader %d: %s", name, leader, error)
+            self._replicas.fail_log_directory(error, what=f"replicating {name}")
+            return False
         except (StorageError, CorruptRecordError) as error:
             log.error("%s: cannot append batches from leader %d: %s", name, leader, error)
             return False
@@ -347,7 +371,12 @@ class _LeaderLink:
         entries = []
         for key in pending:
             partition = self.wanted.get(key)
-            if partition is None or partition.is_leader or partition.state.leader != self.leader:
+            if (
+                partition is None
+                or partition.is_leader
+                or partition.offline
+                or partition.state.leader != self.leader
+            ):
                 continue
             position = (
                 partition.topic_id,

@@ -9,8 +9,13 @@ with their offsets, keeps the leader-epoch cache from the batches' epochs, trunc
 divergent tail when the leader says where the common history ends, and follows the leader's
 high watermark.
 
+A replica whose log directory failed (``go_offline``: a full disk, EIO, a read-only file
+system) is *offline*: it neither leads nor follows, answers KAFKA_STORAGE_ERROR and touches
+its log no more until the node restarts (``docs/operations.md``, "Disk faults").
+
 Invariants (asserted): ``high_watermark <= log.log_end_offset``; ``leader_epoch`` never
-decreases; the leader's high watermark never decreases while it leads.
+decreases; the leader's high watermark never decreases while it leads; an offline replica is
+never leader.
 
 Thread-safety: none; one owner (the broker's event loop).
 """
@@ -28,7 +33,7 @@ from flux.controller.image import PartitionState
 from flux.protocol.control import control_type, end_txn_marker_batch
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.records import build_batch, decode_records, iter_batches
-from flux.storage import AppendResult, MemoryLog, PartitionLog
+from flux.storage import AppendResult, LogDirectoryError, MemoryLog, PartitionLog
 from flux.storage.compaction import align_to
 from flux.storage.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
 from flux.storage.producer_state import (
@@ -124,6 +129,8 @@ class Partition:
     #: that adds a replica can also make it leader (a reassignment completing), so it must
     #: already hold every record acknowledged while the proposal was in flight.
     pending_isr: frozenset[int] = frozenset()
+    #: This replica's log directory failed (``go_offline``): it serves nothing until restart.
+    offline: bool = False
 
     def __post_init__(self) -> None:
         self.high_watermark = min(
@@ -172,6 +179,20 @@ class Partition:
         self.maybe_advance_high_watermark()
         self.wake_waiters()
         self.on_change(self)
+
+    def go_offline(self) -> None:
+        """The log directory failed: stop leading and following at once. Waiting ``acks=all``
+        produces fail with KAFKA_STORAGE_ERROR (not acknowledged: the client retries on the
+        new leader), followers' sessions are told (they get the same error), client fetches
+        waiting here return. The role in the metadata stays until the controller moves it."""
+        if self.offline:
+            return
+        self.offline = True
+        self.is_leader = False
+        self.pending_isr = frozenset()
+        self.fail_delayed(ErrorCode.KAFKA_STORAGE_ERROR)
+        self.notify_sessions(urgent=True)
+        self.wake_waiters()
 
     def become_follower(self, state: PartitionState) -> None:
         assert state.leader_epoch >= self.state.leader_epoch, "leader epochs never go back"
@@ -602,7 +623,13 @@ class Partition:
             common["high_watermark"] = self.high_watermark
         records = b""
         if fetch_offset < self.log_end_offset and max_bytes > 0:
-            records = self.log.read(fetch_offset, max_bytes)
+            try:
+                records = self.log.read(fetch_offset, max_bytes)
+            except LogDirectoryError:
+                # The log's failure took this replica offline (``go_offline``) already.
+                return PartitionData(
+                    self.topic, self.index, ErrorCode.KAFKA_STORAGE_ERROR, **common
+                )
             if self.config.compacted:
                 # Our cleaner may have merged removed batches into a span the follower's log
                 # ends inside: serve the span from where the follower is.

@@ -15,6 +15,16 @@ time-based flush policy, and checkpoint recovery points to the node-local LMDB s
 
 Each partition directory holds ``partition.metadata`` with the topic id, so a topic deleted and
 re-created under the same name while this broker was down is never mistaken for the old one.
+
+Disk faults (Kafka's offline log directory): the node has one log directory, ``data_dir``,
+holding every on-disk replica and the LMDB store. The first I/O error met there (ENOSPC, EIO,
+EROFS: a log's write, fsync or read, a checkpoint commit, opening a replica) takes the whole
+directory offline (``fail_log_directory``): every on-disk replica goes offline
+(``Partition.go_offline``) and answers KAFKA_STORAGE_ERROR, nothing is written there again
+(no flush, checkpoint or clean-shutdown marker, so the next start recovers the logs by CRC),
+and the offline listeners are told (the lifecycle asks the controller to fence this broker,
+which moves leadership to the other in-sync replicas; fetchers stop). Memory topics and
+everything that needs no disk keep working. Recovery is a restart once the disk is fixed.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import itertools
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -44,6 +55,7 @@ from flux.storage import (
     AppendResult,
     BatchInfo,
     CheckpointStore,
+    LogDirectoryError,
     MemoryLog,
     OffsetOutOfRangeError,
     PartitionLog,
@@ -83,6 +95,8 @@ _HIGH_WATERMARKS = "high-watermark"
 _LEADER_EPOCHS = "leader-epochs"
 _PRODUCER_STATE = "producer-state"
 _DELETE_SUFFIX = "-delete"
+#: The longest file name the file systems we run on allow (a directory name is one).
+_FILE_NAME_BYTES_MAX = 255
 _PARTITION_METADATA = "partition.metadata"
 _CHECKPOINT_NAMESPACES = (_RECOVERY_POINTS, _HIGH_WATERMARKS, _LEADER_EPOCHS, _PRODUCER_STATE)
 
@@ -160,6 +174,13 @@ class ReplicaManager:
         #: Caps what this broker, as leader, sends to replicas a reassignment adds
         #: (``throttle.py``); its rate follows the dynamic broker configs.
         self.throttle = ReplicationThrottle()
+        #: The I/O error that took the log directory offline (``fail_log_directory``).
+        self.offline_error: LogDirectoryError | None = None
+        self._offline_listeners: list[Callable[[LogDirectoryError], None]] = []
+        # The event loop that owns this manager (set when its tasks start): failures met on the
+        # file worker thread cross into it there.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
         self._remove_deleted_directories()
 
     # -- metadata -----------------------------------------------------------------------------
@@ -203,7 +224,7 @@ class ReplicaManager:
         journaled file-system work that would otherwise stall every request, heartbeat and
         replica fetch of this node while ``apply_image`` runs. A directory that already exists
         (a restart, a leftover) is left to ``apply_image``, which checks whose it is."""
-        if new_image.version <= self.image.version:
+        if new_image.version <= self.image.version or self.offline_error is not None:
             return
         _delta, roles = self._roles(new_image)
         fresh: list[tuple[str, str]] = []
@@ -273,8 +294,21 @@ class ReplicaManager:
         if partition is not None and partition.topic_id != topic.topic_id:
             self._remove_partition(partition.topic, partition.topic_id, index)
             partition = None
+        if partition is not None and partition.offline:
+            # Neither leader nor follower until the restart; the fenced broker is moved out
+            # of the ISR by the controller, which then elects no offline replica.
+            if state.leader_epoch >= partition.state.leader_epoch:
+                partition.state = state
+            return
         if partition is None:
-            partition = self._open_partition(topic, index, state)
+            if self.offline_error is not None and self._on_disk(topic):
+                log.warning("%s-%d: not opened: the log directory is offline", topic.name, index)
+                return
+            try:
+                partition = self._open_partition(topic, index, state)
+            except OSError as error:  # LogDirectoryError included
+                self.fail_log_directory(error, what=f"opening {topic.name}-{index}")
+                return
         was_leader = partition.is_leader
         if is_leader:
             partition.become_leader(state)
@@ -325,6 +359,9 @@ class ReplicaManager:
                     partition.log.update_config(config.log_config())
                     self._partition_changed(partition)  # a new flush policy applies now
 
+    def _on_disk(self, topic: TopicImage) -> bool:
+        return self.topic_config(dict(topic.config_dict())).get("storage") != "memory"
+
     def _open_partition(self, topic: TopicImage, index: int, state: PartitionState) -> Partition:
         config = self.topic_config(dict(topic.config_dict()))
         key = f"{topic.name}-{index}"
@@ -343,6 +380,25 @@ class ReplicaManager:
                 new=created,
                 segment_fd=segment_fd,
             )
+            partition_log.on_failure = self._log_failed
+        try:
+            return self._load_partition(topic, index, state, config, partition_log)
+        except OSError:
+            partition_log.close()  # a failed log is released without a flush
+            raise
+
+    def _load_partition(
+        self,
+        topic: TopicImage,
+        index: int,
+        state: PartitionState,
+        config: TopicConfig,
+        partition_log: PartitionLog | MemoryLog,
+    ) -> Partition:
+        """The ``Partition`` around a log just opened: epochs, producer state and message ids
+        rebuilt from the checkpoints and the log."""
+        key = f"{topic.name}-{index}"
+        recovery_point = self._recovery_points.get(key, 0)
         # A replica of the same name removed by this same image (its topic re-created) still
         # has its checkpoints until the image's deletions are written: they are not this one's.
         removed = self._checkpoint_deletes is not None and key in self._checkpoint_deletes
@@ -377,10 +433,10 @@ class ReplicaManager:
             ),
             on_change=self._partition_changed,
         )
-        self._partition_changed(partition)
         found = partition.rebuild_dedup()
         if found:
             log.info("%s: %d message ids within the dedup window rebuilt from the log", key, found)
+        self._partition_changed(partition)
         self._partitions[(topic.name, index)] = partition
         return partition
 
@@ -402,17 +458,24 @@ class ReplicaManager:
         finally:
             writes, self._epoch_writes = self._epoch_writes, None
             deletes, self._checkpoint_deletes = self._checkpoint_deletes, None
-            if deletes:
-                self._checkpoints.delete_everywhere(_CHECKPOINT_NAMESPACES, deletes)
-            if writes:
-                self._checkpoints.put_many_json(_LEADER_EPOCHS, writes)
+            if self.offline_error is None:
+                try:
+                    if deletes:
+                        self._checkpoints.delete_everywhere(_CHECKPOINT_NAMESPACES, deletes)
+                    if writes:
+                        self._checkpoints.put_many_json(_LEADER_EPOCHS, writes)
+                except LogDirectoryError as error:
+                    self.fail_log_directory(error, what="writing leader epochs")
 
     def _save_epochs(self, key: str, entries: list[tuple[int, int]]) -> None:
         self._epochs_pending.pop(key, None)  # superseded by this whole list
         if self._epoch_writes is not None:
             self._epoch_writes[key] = list(entries)  # written when the batched block ends
-        else:
-            self._checkpoints.put_json(_LEADER_EPOCHS, key, entries)
+        elif self.offline_error is None:
+            try:
+                self._checkpoints.put_json(_LEADER_EPOCHS, key, entries)
+            except LogDirectoryError as error:
+                self.fail_log_directory(error, what=f"writing the leader epochs of {key}")
 
     def _load_producer_state(
         self, key: str, partition_log: PartitionLog | MemoryLog, *, stale: bool = False
@@ -517,15 +580,22 @@ class ReplicaManager:
         directory = getattr(partition.log, "directory", None)
         partition.log.close()
         if directory is not None:
-            self._delete_directory(directory)
+            try:
+                self._delete_directory(directory)
+            except OSError as error:
+                # A failed disk: the next start removes it as a stray (not hosted any more).
+                log.warning("cannot remove %s (%s): left for the next start", directory, error)
         key = f"{name}-{index}"
         partition.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self._epochs_pending.pop(key, None)
         if self._checkpoint_deletes is not None:
             self._checkpoint_deletes.add(key)  # with the image's other removals, in one go
             self._epoch_writes.pop(key, None)  # type: ignore[union-attr]
-        else:
-            self._checkpoints.delete_everywhere(_CHECKPOINT_NAMESPACES, (key,))
+        elif self.offline_error is None:
+            try:
+                self._checkpoints.delete_everywhere(_CHECKPOINT_NAMESPACES, (key,))
+            except LogDirectoryError as error:
+                self.fail_log_directory(error, what=f"removing the checkpoints of {key}")
         for table in (self._saved_recovery_points, self._recovery_points, self._high_watermarks):
             table.pop(key, None)
         self._saved_high_watermarks.pop(key, None)
@@ -537,7 +607,10 @@ class ReplicaManager:
         remove its files on the file worker thread when an event loop runs (a deleted topic
         of thousands of partitions is seconds of unlinking); leftovers of a crash are removed
         at the next start."""
-        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
+        # Kafka's rule: the topic part is cut so that the name fits a file name (a 249-byte
+        # topic name, legal, plus the tag would not: ENAMETOOLONG is no disk fault).
+        tag = f".{uuid.uuid4().hex}{_DELETE_SUFFIX}"
+        doomed = directory.with_name(directory.name[: _FILE_NAME_BYTES_MAX - len(tag)] + tag)
         os.replace(directory, doomed)
         try:
             asyncio.get_running_loop()
@@ -603,13 +676,78 @@ class ReplicaManager:
             if image_topic is not None and index < len(image_topic.partitions):
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if partition.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
         if not partition.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         error = partition.check_leader_epoch(current_leader_epoch)
         return error if error is not None else partition
 
     def append(self, partition: Partition, records: bytes | memoryview) -> AppendResult:
-        return partition.append_as_leader(records)
+        """Append as leader; an I/O error (raised on) takes the log directory offline."""
+        try:
+            return partition.append_as_leader(records)
+        except OSError as error:  # LogDirectoryError, or a file the log does not own
+            self.fail_log_directory(error, what=f"appending to {partition.key}")
+            raise
+
+    # -- disk faults --------------------------------------------------------------------------
+
+    @property
+    def log_dir_offline(self) -> bool:
+        return self.offline_error is not None
+
+    def add_offline_listener(self, listener: Callable[[LogDirectoryError], None]) -> None:
+        """``listener(error)`` is called once, on the event loop, when the log directory goes
+        offline."""
+        self._offline_listeners.append(listener)
+
+    def _log_failed(self, failure: LogDirectoryError) -> None:
+        """A log's ``on_failure``: its directory is ours, so all of it goes offline."""
+        self.fail_log_directory(failure, what=f"in {failure.path.name}")
+
+    def fail_log_directory(self, error: OSError, *, what: str = "") -> None:
+        """Take the log directory offline after the I/O ``error`` (see the module docstring).
+        Idempotent; call it on the event loop (``_report_failure`` crosses from a thread)."""
+        if self.offline_error is not None:
+            return
+        failure = (
+            error
+            if isinstance(error, LogDirectoryError)
+            else LogDirectoryError(self._data_dir, error)
+        )
+        self.offline_error = failure
+        offline = 0
+        for partition in self._partitions.values():
+            if isinstance(partition.log, PartitionLog):
+                partition.log.fail(failure)
+                partition.go_offline()
+                self._flush_due.discard(partition)
+                offline += 1
+        self._checkpoints.failure = self._checkpoints.failure or failure
+        log.error(
+            "log directory %s is offline after an I/O error%s: %s. Its %d replica(s) are "
+            "offline (KAFKA_STORAGE_ERROR) and this broker asks the controller to fence it, so "
+            "their leadership moves to the other in-sync replicas; nothing more is written "
+            "there. Free space or fix the disk, then restart the node.",
+            self._data_dir,
+            f" ({what})" if what else "",
+            failure,
+            offline,
+        )
+        for listener in self._offline_listeners:
+            try:
+                listener(failure)
+            except Exception:
+                log.exception("offline listener %r failed", listener)
+
+    def _report_failure(self, error: OSError, what: str) -> None:
+        """``fail_log_directory`` from any thread (the file worker writes checkpoints)."""
+        loop = self._loop
+        if loop is not None and threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(lambda: self.fail_log_directory(error, what=what))
+        else:
+            self.fail_log_directory(error, what=what)
 
     async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
         """Return when any of ``partitions`` receives an append or changes role, or after
@@ -657,6 +795,8 @@ class ReplicaManager:
     # -- housekeeping -------------------------------------------------------------------------
 
     def start_background_tasks(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         broker = self._config.broker
         self._tasks.append(
             asyncio.create_task(
@@ -679,6 +819,8 @@ class ReplicaManager:
         deleted = 0
         now_ms = _now_ms()
         for partition in list(self._partitions.values()):
+            if partition.offline:
+                continue
             try:
                 # Never past an open transaction's first offset (nor the high watermark).
                 removed = partition.log.enforce_retention(
@@ -703,7 +845,11 @@ class ReplicaManager:
         are written (JSON, LMDB, fsync) on the file worker thread when an event loop runs:
         after a burst over 10,000 partitions that was most of a second of the loop's time."""
         due, self._flush_due = self._flush_due, set()
+        if self.offline_error is not None:
+            return  # nothing is written to an offline directory, checkpoints included
         for partition in due:
+            if partition.offline:
+                continue
             try:
                 partition.log.maybe_flush()
                 if partition.log.flush_pending():
@@ -763,6 +909,8 @@ class ReplicaManager:
 
     def _write_now(self, taken: _Checkpoints) -> None:
         epochs, points, watermarks, snapshots = taken
+        if self.offline_error is not None or self._checkpoints.failure is not None:
+            return
         try:
             if epochs:
                 self._checkpoints.put_many_json(_LEADER_EPOCHS, epochs)
@@ -773,6 +921,8 @@ class ReplicaManager:
             if snapshots:
                 # One transaction (one fsync) for every partition appended to since the last run.
                 self._checkpoints.put_many_json(_PRODUCER_STATE, snapshots)
+        except LogDirectoryError as error:
+            self._report_failure(error, "writing checkpoints")
         except Exception:
             log.exception("writing checkpoints failed")
             raise
@@ -790,6 +940,8 @@ class ReplicaManager:
         self._tasks.clear()
         for partition in self._partitions.values():
             partition.wake_waiters()
+            if partition.offline:
+                continue  # released below without a flush: the next start recovers it
             try:
                 partition.log.flush()
             except OSError:
@@ -797,7 +949,8 @@ class ReplicaManager:
         if self._checkpoint_job is not None:
             # The last background checkpoint first: jobs and this final one stay in order.
             await asyncio.wrap_future(self._checkpoint_job)
-        self.checkpoint_all()
+        if self.offline_error is None:
+            self.checkpoint_all()
         for partition in self._partitions.values():
             partition.fail_delayed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             partition.log.close()

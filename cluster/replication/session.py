@@ -345,6 +345,8 @@ class FetchSession:
         partition = self._lookup(*key)
         if partition is None or partition.topic_id != position.topic_id:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if partition.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR  # the leader's log directory failed
         if not partition.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if (
