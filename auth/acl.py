@@ -49,6 +49,7 @@ from flux.auth.principal import KafkaPrincipal
 
 __all__ = [
     "CLUSTER_RESOURCE_NAME",
+    "MAX_ACL_STRING_CHARS",
     "WILDCARD",
     "WILDCARD_PRINCIPAL",
     "AclBinding",
@@ -186,6 +187,10 @@ class AclBinding:
             raise InvalidAclError(f"malformed ACL binding: no or unknown {error}") from None
 
 
+#: Longest resource name or principal of an ACL (the controller's record strings hold 4096).
+MAX_ACL_STRING_CHARS = 4096
+
+
 def validate_binding(binding: AclBinding) -> None:
     """Raise ``InvalidAclError`` unless ``binding`` may be created (see the module docs)."""
     if binding.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
@@ -198,6 +203,11 @@ def validate_binding(binding: AclBinding) -> None:
         raise InvalidAclError(f"Invalid permissionType {binding.permission.name}")
     if not binding.resource_name:
         raise InvalidAclError("Resource name should not be empty")
+    for name, value in (("resource name", binding.resource_name), ("principal", binding.principal)):
+        if len(value) > MAX_ACL_STRING_CHARS:
+            # The controller's records hold at most this many characters: a longer name used to
+            # be refused only when the record was applied, as an error without an answer.
+            raise InvalidAclError(f"The {name} is longer than {MAX_ACL_STRING_CHARS} characters")
     if (
         binding.resource_type == ResourceType.CLUSTER
         and binding.resource_name != CLUSTER_RESOURCE_NAME

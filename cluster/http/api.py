@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,7 +36,7 @@ from ..kafka.apis import KafkaApis
 from ..replication.peers import BrokerPeers
 from ..replication.replica_manager import ReplicaManager
 from ..transactions.coordinator import MARKERS_PATH
-from .common import HttpError
+from .common import HttpError, parse_json_object
 from .flux_api import FluxApi
 from .forward_link import LINK_PATH, ForwardLinks
 from .group_commit import GroupCommit
@@ -141,14 +140,11 @@ class HttpApi(FluxApi, RestApi):
                 body: dict[str, Any] = {}
                 if request.method in ("POST", "PUT") and request.body_exists:
                     try:
-                        parsed = await request.json()
-                    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-                        raise HttpError(
-                            400, f"malformed JSON body: {error}", field="body"
-                        ) from None
-                    if not isinstance(parsed, dict):
-                        raise HttpError(400, "the body must be a JSON object", field="body")
-                    body = parsed
+                        raw = await request.read()
+                    except ConnectionResetError:
+                        # The client went away before its body arrived; nobody reads this.
+                        raise HttpError(400, "the body did not arrive", field="body") from None
+                    body = parse_json_object(raw, request.charset)
                 answer = await handler(request, body)
                 response = answer if isinstance(answer, web.Response) else web.json_response(answer)
             except HttpError as error:

@@ -12,6 +12,8 @@ import asyncio
 import base64
 import binascii
 import itertools
+import json
+import re
 from typing import Any
 
 from aiohttp import web
@@ -32,7 +34,7 @@ from .forward_link import ForwardLinks
 from .group_commit import GroupCommit
 from .metrics import BrokerMetrics
 
-__all__ = ["HttpApiBase", "HttpError", "message_json"]
+__all__ = ["HttpApiBase", "HttpError", "message_json", "parse_json_object"]
 
 MAX_HEADERS_PER_MESSAGE = 100
 PRODUCE_TIMEOUT_S = 30.0
@@ -101,6 +103,42 @@ def _put_bytes(target: dict[str, Any], name: str, data: bytes | None) -> None:
 
 
 # -- input validation (pure) ------------------------------------------------------------------
+
+# A JSON escape of a UTF-16 surrogate: only then can a parsed body hold a lone surrogate, a str
+# that cannot be encoded back to UTF-8 (so the full check below runs only for such bodies).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def parse_json_object(raw: bytes, charset: str | None) -> dict[str, Any]:
+    """The JSON object of a request body, or ``HttpError(400)``.
+
+    What ``aiohttp``'s ``request.json()`` did, with every way a client's body can fail turned
+    into a 400 (the fuzzer found each of these answered 500 with a traceback): an unknown
+    ``charset`` in the content type, bytes not in that charset, malformed JSON, nesting too
+    deep for the parser (``RecursionError``), and lone surrogates (``"\\ud800"``), which
+    parse but then fail wherever the text is encoded."""
+    try:
+        text = raw.decode(charset or "utf-8")
+    except LookupError:
+        raise HttpError(400, f"unknown charset {charset!r}", field="body") from None
+    except UnicodeDecodeError as error:
+        raise HttpError(400, f"malformed JSON body: {error}", field="body") from None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise HttpError(400, f"malformed JSON body: {error}", field="body") from None
+    except RecursionError:
+        raise HttpError(400, "malformed JSON body: nested too deeply", field="body") from None
+    if not isinstance(parsed, dict):
+        raise HttpError(400, "the body must be a JSON object", field="body")
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise HttpError(
+                400, "malformed JSON body: a lone surrogate is not text", field="body"
+            ) from None
+    return parsed
 
 
 def _text_field(body: dict[str, Any], name: str, *, required: bool, max_bytes: int) -> str | None:

@@ -175,7 +175,10 @@ class ForwardLinks:
             link.fail("broker stopping")
             await link.close()
         inbound, self._inbound = self._inbound, set()
-        for socket in inbound:
+        # A copy: a socket's handler removes it from the set when it ends, and ending is what
+        # close() causes (iterating the set itself failed at shutdown, "Set changed size during
+        # iteration", after the fuzzer had left links open).
+        for socket in list(inbound):
             await socket.close()
 
     async def serve(self, request: web.Request, produce: LocalProduce) -> web.StreamResponse:
@@ -218,7 +221,7 @@ async def serve_produce_link(
                 call = json.loads(message.data)
                 if not isinstance(call, dict):
                     raise ValueError("not an object")
-            except ValueError as error:
+            except (ValueError, RecursionError) as error:  # RecursionError: nested too deeply
                 log.warning("closing a produce link: unreadable frame: %s", error)
                 break
             task = asyncio.create_task(answer(call))

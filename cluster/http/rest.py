@@ -155,7 +155,11 @@ class RestApi(HttpApiBase):
             raise HttpError(
                 NOT_LEADER_STATUS, f"broker {self._broker_id} does not lead {topic}-{index}"
             )
-        records = [_decode_record(item) for item in body.get("records", [])]
+        encoded = body.get("records", [])
+        if not isinstance(encoded, list):
+            # {"records": 5} from the fuzzer was a TypeError, answered 500.
+            raise HttpError(400, "field 'records' must be a list", field="records")
+        records = [_decode_record(item) for item in encoded]
         if not records:
             raise HttpError(400, "no records", field="records")
         return {"offsets": await self.produce_local(found, records)}
@@ -175,6 +179,8 @@ class RestApi(HttpApiBase):
                 raise HttpError(
                     NOT_LEADER_STATUS, f"broker {self._broker_id} does not lead {topic}-{index}"
                 )
+            if not isinstance(encoded, list):
+                raise HttpError(400, "field 'records' must be a list", field="records")
             records = [_decode_record(item) for item in encoded]
             if not records:
                 raise HttpError(400, "no records", field="records")

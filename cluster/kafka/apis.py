@@ -28,7 +28,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flux.protocol.api import SUPPORTED_VERSIONS, ApiKey, RequestHeader, encode_response
+from flux.protocol.api import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    EncodeError,
+    RequestHeader,
+    encode_response,
+)
 from flux.protocol.errors import ErrorCode, UnsupportedVersionError
 
 from ..config import NodeConfig
@@ -213,9 +219,9 @@ class KafkaApis(
             return None
         if isinstance(response, Deferred):
             return response.then(
-                lambda done: None if done is None else encode_response(header, done)
+                lambda done: None if done is None else _encode_response(header, done)
             )
-        return encode_response(header, response)
+        return _encode_response(header, response)
 
     async def _dispatch(
         self, header: RequestHeader, body: dict[str, Any], connection: ConnectionInfo
@@ -247,3 +253,35 @@ class KafkaApis(
             ],
             "throttle_time_ms": 0,
         }
+
+
+#: Longest error message an answer carries (Kafka strings hold at most 32767 bytes).
+ERROR_MESSAGE_MAX_CHARS = 1000
+
+
+def _encode_response(header: RequestHeader, response: dict[str, Any]) -> bytes:
+    """``encode_response``, and if that fails, once more with every error message cut to
+    ``ERROR_MESSAGE_MAX_CHARS``: messages quote what the client sent, and the fuzzer's
+    CreateTopics with a 32767-byte topic name got an error message too long to encode (the
+    connection closed with an internal error). Only the failure path pays for the walk."""
+    try:
+        return encode_response(header, response)
+    except EncodeError:
+        return encode_response(header, _shorten_messages(response))
+
+
+def _shorten_messages(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: (
+                item[:ERROR_MESSAGE_MAX_CHARS] + "..."
+                if key.endswith("message")
+                and isinstance(item, str)
+                and len(item) > ERROR_MESSAGE_MAX_CHARS
+                else _shorten_messages(item)
+            )
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_shorten_messages(item) for item in value]
+    return value
