@@ -35,7 +35,7 @@ from flux.controller.election import (
     unfence_broker,
 )
 from flux.controller.errors import InvalidReplicationFactorError
-from flux.controller.image import MetadataImage, PartitionState, TopicImage
+from flux.controller.image import MetadataImage, PartitionState, TopicImage, reassigned_state
 from flux.controller.placement import place_replicas
 from flux.controller.records import (
     MAX_SUBSCRIPTION_IN_FLIGHT,
@@ -818,7 +818,7 @@ def alter_partition(
     )
     if completed is not None:
         # The last adding replica joined the ISR: the reassignment completes in this change.
-        done = _reassigned_state(completed)
+        done = reassigned_state(completed)
         return _ok([completed], **fields, **_state_fields(done))
     return _ok([change], **fields, **_state_fields(new_state))
 
@@ -1029,19 +1029,6 @@ def _reassignment_record(
         isr=state.isr,
         partition_epoch=epoch,
         elr=state.elr,
-    )
-
-
-def _reassigned_state(record: PartitionReassignment) -> PartitionState:
-    return PartitionState(
-        replicas=record.replicas,
-        isr=record.isr,
-        leader=record.leader,
-        leader_epoch=record.leader_epoch,
-        partition_epoch=record.partition_epoch,
-        elr=record.elr,
-        adding=record.adding,
-        removing=record.removing,
     )
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "RoleChanges",
     "SubscriptionImage",
     "TopicImage",
+    "reassigned_state",
 ]
 
 _log = logging.getLogger(__name__)
@@ -804,6 +805,11 @@ def _reassigned_partition(
     )
     if not valid:
         return f"inconsistent replicas {record.replicas}"
+    return reassigned_state(record)
+
+
+def reassigned_state(record: PartitionReassignment) -> PartitionState:
+    """The partition state ``record`` describes, replicas and all (not validated)."""
     return PartitionState(
         replicas=record.replicas,
         isr=record.isr,
