@@ -2,7 +2,7 @@
 turns read-only (EROFS), each under a leader taking ``acks=all`` writes from confluent-kafka.
 
 Cluster: three controller+broker nodes and a broker-only node 4 whose data directory is a
-small file system of its own (``disk_helpers``), so the fault hits one broker's log directory
+small file system of its own (``flux.chaos.disks``), so the fault hits one broker's log directory
 and never a controller's Raft journal. The topic's only partition has replicas [4, 1, 2]
 (node 4 leads) and ``min.insync.replicas=2``. Each test:
 
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
+from flux.chaos.disks import Ext4Disk, TmpfsDisk, missing_requirements
 from flux.cluster.launcher import NodeProcess, local_cluster_configs
 from flux.protocol.api import ApiKey
 from flux.protocol.errors import ErrorCode
@@ -40,7 +41,6 @@ from flux.sdk.wire import KafkaConnection
 
 from tests.conftest import FAST_FAILURE_DETECTION
 from tests.integration.cluster_helpers import metadata, partitions
-from tests.integration.disk_helpers import Ext4Disk, TmpfsDisk, missing_requirements
 from tests.integration.helpers import produce, read_values, wait_until
 
 pytestmark = pytest.mark.integration

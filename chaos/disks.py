@@ -13,7 +13,8 @@
   ``remount()`` mounts the image again after the fault (the journal is replayed).
 
 Every helper cleans up in ``close()`` (unmount, detach), even after a failed test; commands
-run as root. ``missing_requirements()`` says why a test cannot run here (then it skips).
+run as root. ``missing_requirements()`` says why a machine cannot make these disks (a test
+then skips). The disk-fault tests (tests/integration/test_disk_faults.py) use them.
 """
 
 from __future__ import annotations
