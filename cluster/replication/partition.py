@@ -478,10 +478,28 @@ class Partition:
         if self.maybe_advance_high_watermark():
             self.wake_waiters()
 
+    def under_min_isr(self) -> bool:
+        """Fewer ISR members (those of a proposed ISR not yet decided counted too: the
+        maximal ISR) than ``min.insync.replicas``, or than the replicas when there are fewer
+        of them (Kafka's effective min ISR)."""
+        members = len(self.pending_isr.union(self.state.isr))
+        return members < min(self.config.get("min.insync.replicas"), len(self.state.replicas))
+
     def maybe_advance_high_watermark(self) -> bool:
         """High watermark = min log end offset over the ISR and the members of a proposed
-        ISR not yet decided (``pending_isr``); it only moves forward."""
-        if not self.is_leader:
+        ISR not yet decided (``pending_isr``); it only moves forward, and not at all while
+        the partition is under its min ISR (Kafka's "strict min ISR" rule of KIP-966).
+
+        The rule is what makes the ELR safe: a replica that left an ISR smaller than
+        ``min.insync.replicas`` may be elected (``flux.controller.election``) although it
+        lacks what the leader appended after it left. Without the rule, consumers could read
+        those records from the shrunken leader and see them replaced after the election
+        (found by ``fluxctl chaos run mixed --seed 2 --duration 20 --netns --disks``: the
+        partitioned leader's ISR shrank to itself alone, consumers read three records past
+        the old high watermark, the controller elected an ELR member, and the offsets were
+        reused for other records). Writes with ``acks=0`` or ``1`` to a partition under its
+        min ISR become readable once the ISR is whole again."""
+        if not self.is_leader or self.under_min_isr():
             return False
         candidate = self.log_end_offset
         members = self.state.isr if not self.pending_isr else self.pending_isr | set(self.state.isr)
@@ -514,6 +532,8 @@ class Partition:
         future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         if self.high_watermark >= required_offset:
             future.set_result(self._after_append_check())
+        elif self.is_leader and self.under_min_isr():
+            future.set_result(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         else:
             self.delayed.append(DelayedProduce(required_offset, future))
         return future
@@ -524,6 +544,13 @@ class Partition:
         return ErrorCode.NONE
 
     def _complete_delayed(self) -> None:
+        """Answer the waiting ``acks=all`` produces the high watermark passed; while the
+        partition is under its min ISR, answer every one NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        (written, not acknowledged: the high watermark does not move until the ISR is whole
+        again, and the producer may retry meanwhile)."""
+        if self.is_leader and self.under_min_isr():
+            self.fail_delayed(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+            return
         waiting = []
         for delayed in self.delayed:
             if delayed.future.done():
