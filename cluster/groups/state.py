@@ -211,8 +211,15 @@ def sync_error_response(error: ErrorCode) -> dict[str, Any]:
     }
 
 
+#: Characters of the client id (or group instance id) a new member id starts with. Kafka
+#: uses the whole client id, which may be 32767 bytes long: the id with its UUID then no
+#: longer fits the Kafka string that carries it back (found by the fuzzer: a JoinGroup with
+#: the longest client id could not be answered).
+MEMBER_ID_PREFIX_MAX = 255
+
+
 def _default_member_id_factory(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4()}"
+    return f"{prefix[:MEMBER_ID_PREFIX_MAX]}-{uuid.uuid4()}"
 
 
 # ------------------------------------------------------------------------------- members

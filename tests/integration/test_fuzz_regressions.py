@@ -75,6 +75,15 @@ KAFKA_REGRESSIONS: dict[str, bytes] = {
         "00000002000000010000000000000011000a642e65357a6731386f6fffffffff0000000000000000000765"
         "6f6e2e6434765ed7ccce5d0b4414f69c4b24f607f8f97917b013856a07"
     ),
+    # seed 20261126 (the CI slice, on a fast run): JoinGroup v4 from a client whose id is
+    # 32767 "x" and no member id yet. The new member id (client id + "-" + UUID) did not fit
+    # the response's string (internal error, connection closed). Now its prefix is cut.
+    "join_group_v4_longest_client_id": bytes.fromhex("0000803a000b0004000000077fff")
+    + b"x" * 32767
+    + bytes.fromhex(
+        "000c66757a7a2d67726f75702d39000075300000753000000008636f6e73756d657200000001000572"
+        "616e676500000000"
+    ),
 }
 
 #: Record batches the broker appended although consumers cannot read them (or that take
@@ -200,6 +209,8 @@ def test_kafka_regression(broker, name: str) -> None:
     _ensure_topic(broker, "regress")
     if name.startswith("txn_offset_commit"):
         _wait_coordinator(broker.kafka_port, "fuzz-group-0")  # else it never gets that far
+    if name.startswith("join_group"):
+        _wait_coordinator(broker.kafka_port, "fuzz-group-9")
     # Each of these is a request the broker can answer (with errors): closing the connection
     # was the bug (an internal error).
     assert _answered_or_closed(broker.kafka_port, KAFKA_REGRESSIONS[name]) == "answered"
