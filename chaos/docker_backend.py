@@ -55,6 +55,7 @@ class DockerControl:
     """``ClusterControl`` (see ``nemesis``) over the containers of one compose project."""
 
     backend = "docker"
+    disks = False
 
     def __init__(self, cluster: DockerCluster, base_port: int) -> None:
         self._cluster = cluster
@@ -142,6 +143,14 @@ class DockerControl:
         raise NemesisUnsupportedError(
             "clock jumps need the local process backend (fluxctl chaos run without --docker)"
         )
+
+    def fill_disk(self, node: int) -> dict[str, Any]:
+        raise NemesisUnsupportedError(
+            "full disks need the local process backend with --disks (without --docker)"
+        )
+
+    def free_disk(self, node: int) -> None:
+        raise NemesisUnsupportedError("the Docker backend fills no disks")
 
     def stop_all(self) -> None:
         for node in list(self._paused):

@@ -17,9 +17,15 @@ Two halves, as in Jepsen's ``nemesis.clj`` / ``generator.clj``:
 Faults are one at a time by design: each fault step is followed by a ``recover`` step that
 restarts killed nodes, resumes paused ones and heals partitions before the next fault, so a
 3-node cluster with ``min.insync.replicas=2`` stays available between faults and the run
-measures failover, not a cluster kept down. The exception is ``crash``: every node SIGKILLed at
-once (a power cut), after which ``start`` steps bring nodes back one by one, without waiting
-for them to be ready (alone, a node waits for its quorum), and ``recover`` starts the rest.
+measures failover, not a cluster kept down. The exception is a crash of several nodes:
+``crash`` SIGKILLs every node at once (a power cut), ``kill`` steps at the same moment a few
+of them, after which ``start`` steps bring nodes back one by one, without waiting for them to
+be ready (alone, a node waits for its quorum), and ``recover`` starts the rest.
+
+``disk-full`` fills the target's log directory (``ClusterControl.fill_disk``: a file system of
+its own, the controller's Raft files elsewhere), so its next write fails with ENOSPC and the
+node takes the directory offline (KAFKA_STORAGE_ERROR, leadership moves away; docs/operations.md);
+``recover`` frees the space and restarts the node, which is how Flux recovers from a disk fault.
 
 Network partitions come in the shapes of ``flux.chaos.partitions``: ``partition`` cuts the
 target off from the other nodes (``ClusterControl.partition``), ``isolate`` from the clients
@@ -100,6 +106,7 @@ FAULTS = (
     "one-way-in",
     "bridge",
     "clock",
+    "disk-full",
 )
 #: The faults that cut the network (``partition`` and the shapes ``cut`` installs).
 PARTITION_FAULTS = ("partition", "isolate", "one-way-out", "one-way-in", "bridge")
@@ -225,6 +232,8 @@ class ClusterControl(Protocol):
     """
 
     backend: str
+    #: ``fill_disk`` works: every node's log directory is a file system of its own.
+    disks: bool
 
     def nodes(self) -> list[int]:
         """Every node id of the cluster, running or not."""
@@ -298,6 +307,17 @@ class ClusterControl(Protocol):
         (only the local process backend can)."""
         ...
 
+    def fill_disk(self, node: int) -> dict[str, Any]:
+        """Fill the file system of the node's log directory (not its Raft files) until writes
+        fail with ENOSPC; details for the history. ``NemesisUnsupportedError`` where the
+        backend gave its nodes no disks of their own."""
+        ...
+
+    def free_disk(self, node: int) -> None:
+        """Undo ``fill_disk`` (the node stays as it is: a restart brings its log directory
+        back online)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -363,6 +383,7 @@ class Nemesis:
         self._paused: set[int] = set()
         self._partitioned = False
         self._clocks: dict[int, float] = {}  # node -> wall-clock offset set by a clock step
+        self._filled: set[int] = set()  # nodes whose log directory a disk-full step filled
         # A reassign, rebalance or cancel ran: recoveries then wait for reassignments too.
         self._moved = False
 
@@ -452,6 +473,9 @@ class Nemesis:
             self._clocks[node] = step.offset_s
             self.control.jump_clock(node, step.offset_s)
             return {"node": node, "offset_s": step.offset_s}
+        elif step.f == "disk-full":
+            self._filled.add(node)
+            return {"node": node, **self.control.fill_disk(node)}
         return {"node": node}
 
     def _shape(self, f: str, node: int) -> Shape:
@@ -485,7 +509,13 @@ class Nemesis:
         for node in resumed:
             self.control.resume(node)
         self._paused.clear()
-        restarted = sorted(self._down)
+        # A full disk gets its space back, and its node a restart (which takes the log
+        # directory online again after recovering it by CRC).
+        freed = sorted(self._filled)
+        for node in freed:
+            self.control.free_disk(node)
+        self._filled.clear()
+        restarted = sorted(self._down | set(freed))
         # Start every down node before waiting for any: after a crash, none is ready until a
         # majority of the controllers runs.
         for node in restarted:
@@ -513,6 +543,7 @@ class Nemesis:
             "healed": healed,
             **({"clocks_reset": clocks} if clocks else {}),
             "resumed": resumed,
+            **({"disks_freed": freed} if freed else {}),
             "restarted": restarted,
             **moving,
             "full_isr": full,

@@ -108,6 +108,7 @@ def run_scenario(
         duration_s=duration_s,
         nodes=len(nodes),
         partitions=control.backend != "process",
+        disks=control.disks,
     )
     schedule_text = format_schedule(schedule)
     (out_dir / "schedule.txt").write_text(

@@ -1,9 +1,10 @@
 """The scenarios: a workload plus a schedule generator each, named as ``fluxctl chaos run``
 and the pytest suite know them.
 
-A generator is a pure function ``(rng, duration_s, nodes, partitions) -> [Step]`` of a seeded
-``random.Random``, the fault window and the node count (``partitions``: whether the backend can
-cut the network, which only the mixed scenario consults). Every fault is followed by
+A generator is a pure function ``(rng, duration_s, nodes, can) -> [Step]`` of a seeded
+``random.Random``, the fault window, the node count and what the backend can do besides kills
+and pauses (``can``: a set of ``PARTITIONS``, cutting the network, and ``DISKS``, filling a
+node's log directory; only the mixed scenario consults it). Every fault is followed by
 ``recover`` before the next (see ``flux.chaos.nemesis``): a hold of ``HOLD_S`` with the fault in
 place, then a gap of ``GAP_S`` with the cluster whole.
 
@@ -26,7 +27,7 @@ from typing import Any
 from .nemesis import Step
 from .workloads import WorkloadSpec
 
-__all__ = ["SCENARIOS", "Scenario", "generate_schedule"]
+__all__ = ["DISKS", "PARTITIONS", "SCENARIOS", "Scenario", "generate_schedule"]
 
 #: Seconds a fault stays in place, and seconds of calm after it (uniform in the range).
 HOLD_S = (2.0, 4.0)
@@ -39,7 +40,12 @@ RETURN_GAP_S = (3.0, 6.0)
 #: How the nodes return after a crash, chosen per crash.
 RETURNS = ("all", "majority", "one-at-a-time")
 
-Generator = Callable[[random.Random, float, int, bool], list[Step]]
+#: What a backend can do beyond kills, pauses, restarts and damaged files (``Scenario.generate``'s
+#: ``can``): cut the network, fill a node's log directory.
+PARTITIONS = "partitions"
+DISKS = "disks"
+
+Generator = Callable[[random.Random, float, int, frozenset[str]], list[Step]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,20 +94,22 @@ def _cycles(
 
 
 def _always(f: str, target: str) -> Generator:
-    def generate(rng: random.Random, duration_s: float, nodes: int, partitions: bool) -> list[Step]:
+    def generate(
+        rng: random.Random, duration_s: float, nodes: int, can: frozenset[str]
+    ) -> list[Step]:
         return _cycles(rng, duration_s, lambda _: (f, target))
 
     return generate
 
 
 def _corrupt_tail(
-    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+    rng: random.Random, duration_s: float, nodes: int, can: frozenset[str]
 ) -> list[Step]:
     return _cycles(rng, duration_s, lambda r: (r.choice(("corrupt", "truncate")), "any"))
 
 
 def _rolling_restart(
-    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+    rng: random.Random, duration_s: float, nodes: int, can: frozenset[str]
 ) -> list[Step]:
     """Graceful restarts of node 1, 2, ... in turn (and around again). As an operator would,
     each restart is followed at once by ``recover``, which waits until every ISR is full
@@ -117,26 +125,41 @@ def _rolling_restart(
     return steps
 
 
+def _crash_cycle(
+    rng: random.Random, at_s: float, nodes: int, crashed: list[int]
+) -> tuple[list[Step], float]:
+    """One crash of the ``crashed`` nodes at ``at_s`` (every node: ``crash``; fewer: a SIGKILL
+    of each at the same moment), the hold, their return in a random order (all together, a
+    majority of the cluster first and the rest after a gap, or one at a time with gaps; a lone
+    node waits for its quorum), ``recover`` (which brings back whoever is still down and waits
+    for full ISRs) and the gap; the steps and when the next fault may come."""
+    if len(crashed) == nodes:
+        steps = [Step(round(at_s, 2), "crash")]
+    else:
+        steps = [Step(round(at_s, 2), "kill", f"node-{node}") for node in crashed]
+    at_s += rng.uniform(*HOLD_S)
+    order = rng.sample(crashed, len(crashed))
+    how = rng.choice(RETURNS)
+    # Nodes to start before the last gap: a majority of the cluster counts the ones still up.
+    majority = max(0, nodes // 2 + 1 - (nodes - len(crashed)))
+    first = {"all": 0, "majority": majority, "one-at-a-time": len(crashed) - 1}[how]
+    for index, node in enumerate(order[:first]):
+        steps.append(Step(round(at_s, 2), "start", f"node-{node}"))
+        if how == "one-at-a-time" or index == first - 1:
+            at_s += rng.uniform(*RETURN_GAP_S)
+    steps.append(Step(round(at_s, 2), "recover"))
+    return steps, at_s + rng.uniform(*GAP_S)
+
+
 def _whole_cluster_crash(
-    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+    rng: random.Random, duration_s: float, nodes: int, can: frozenset[str]
 ) -> list[Step]:
-    """Every node SIGKILLed at once, then back in a random order: all together, a majority
-    first (the rest after a gap), or one at a time with gaps (a lone node waits for its
-    quorum). ``recover`` brings back whoever is still down and waits for full ISRs."""
+    """Every node SIGKILLed at once, then back in a random order (``_crash_cycle``)."""
     steps = []
     at_s = WARM_UP_S
     while at_s < duration_s:
-        steps.append(Step(round(at_s, 2), "crash"))
-        at_s += rng.uniform(*HOLD_S)
-        order = rng.sample(range(1, nodes + 1), nodes)
-        how = rng.choice(RETURNS)
-        first = {"all": 0, "majority": nodes // 2 + 1, "one-at-a-time": nodes - 1}[how]
-        for index, node in enumerate(order[:first]):
-            steps.append(Step(round(at_s, 2), "start", f"node-{node}"))
-            if how == "one-at-a-time" or index == first - 1:
-                at_s += rng.uniform(*RETURN_GAP_S)
-        steps.append(Step(round(at_s, 2), "recover"))
-        at_s += rng.uniform(*GAP_S)
+        cycle, at_s = _crash_cycle(rng, at_s, nodes, list(range(1, nodes + 1)))
+        steps.extend(cycle)
     return steps
 
 
@@ -153,9 +176,36 @@ MIXED_FAULTS = (
 )
 
 
-def _mixed(rng: random.Random, duration_s: float, nodes: int, partitions: bool) -> list[Step]:
-    faults = MIXED_FAULTS + ((("partition", "leader"), ("partition", "any")) if partitions else ())
-    return _cycles(rng, duration_s, lambda r: r.choice(faults))
+#: The mixed scenario's faults on a backend that can cut the network, and fill a log directory.
+MIXED_PARTITION_FAULTS = (("partition", "leader"), ("partition", "any"))
+MIXED_DISK_FAULTS = (("disk-full", "leader"), ("disk-full", "any"))
+#: Share of the mixed scenario's cycles that crash several nodes at once (a majority or all of
+#: them, see ``_crash_cycle``) instead of one fault.
+MULTI_CRASH_SHARE = 0.15
+
+
+def _mixed(rng: random.Random, duration_s: float, nodes: int, can: frozenset[str]) -> list[Step]:
+    """Cycles of one fault drawn from ``MIXED_FAULTS`` (and partitions and full disks where
+    the backend ``can``), or, in ``MULTI_CRASH_SHARE`` of them, a crash of several nodes at
+    once: a majority or every node, back in any order."""
+    faults: tuple[tuple[str, str], ...] = MIXED_FAULTS
+    faults += MIXED_PARTITION_FAULTS if PARTITIONS in can else ()
+    faults += MIXED_DISK_FAULTS if DISKS in can else ()
+    steps: list[Step] = []
+    at_s = WARM_UP_S
+    while at_s < duration_s:
+        if rng.random() < MULTI_CRASH_SHARE:
+            count = rng.choice((nodes // 2 + 1, nodes))
+            crashed = sorted(rng.sample(range(1, nodes + 1), count))
+            cycle, at_s = _crash_cycle(rng, at_s, nodes, crashed)
+            steps.extend(cycle)
+            continue
+        f, target = rng.choice(faults)
+        steps.append(Step(round(at_s, 2), f, target))
+        at_s += rng.uniform(*HOLD_S)
+        steps.append(Step(round(at_s, 2), "recover"))
+        at_s += rng.uniform(*GAP_S)
+    return steps
 
 
 #: Partition shapes of the ``partition-shapes`` scenario, taken in a seeded order so that a
@@ -172,7 +222,7 @@ SHAPE_FAULTS = (
 
 
 def _partition_shapes(
-    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+    rng: random.Random, duration_s: float, nodes: int, can: frozenset[str]
 ) -> list[Step]:
     order = rng.sample(SHAPE_FAULTS, len(SHAPE_FAULTS))
     cycle = iter(range(1_000_000))
@@ -186,7 +236,9 @@ CLOCK_TARGETS = ("leader", "controller", "any")
 CLOCK_JUMPS_S = (300.0, 3600.0, 6 * 3600.0)
 
 
-def _clock_jump(rng: random.Random, duration_s: float, nodes: int, partitions: bool) -> list[Step]:
+def _clock_jump(
+    rng: random.Random, duration_s: float, nodes: int, can: frozenset[str]
+) -> list[Step]:
     """One node's wall clock jumps forward or backward (in turn, so that a short run has
     both), holds, and ``recover`` jumps it back to the true time."""
     steps = []
@@ -226,7 +278,7 @@ TRANSACTION_FAULTS = (
 
 
 def _transactions(
-    rng: random.Random, duration_s: float, nodes: int, partitions: bool
+    rng: random.Random, duration_s: float, nodes: int, can: frozenset[str]
 ) -> list[Step]:
     return _cycles(rng, duration_s, lambda r: r.choice(TRANSACTION_FAULTS))
 
@@ -255,7 +307,7 @@ KILLS_DURING_MOVE = ("leader", "controller", "adding", "removing", "follower")
 KILLS_BEFORE_MOVE = ("leader", "controller", "any")
 
 
-def _reassign(rng: random.Random, duration_s: float, nodes: int, partitions: bool) -> list[Step]:
+def _reassign(rng: random.Random, duration_s: float, nodes: int, can: frozenset[str]) -> list[Step]:
     """Cycles of moves (``MOVE_SETS``) and a SIGKILL, in either order and close together,
     sometimes a cancel of a running reassignment, then the hold, ``recover`` (which also waits
     until no reassignment runs) and a gap."""
@@ -372,7 +424,9 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "mixed",
-            "a random mix of kills, pauses, restarts, corruptions (and partitions with Docker)",
+            "a random mix of kills, pauses, restarts, corruptions, crashes of a majority or of "
+            "every node at once (and partitions with --netns or Docker, full disks with "
+            "--disks)",
             _mixed,
             _LOG_AND_GROUP,
         ),
@@ -381,7 +435,16 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def generate_schedule(
-    scenario: Scenario, *, seed: int, duration_s: float, nodes: int, partitions: bool
+    scenario: Scenario,
+    *,
+    seed: int,
+    duration_s: float,
+    nodes: int,
+    partitions: bool,
+    disks: bool = False,
 ) -> list[Step]:
-    """The schedule of ``scenario`` for ``seed``: the same arguments give the same steps."""
-    return scenario.generate(random.Random(seed), duration_s, nodes, partitions)
+    """The schedule of ``scenario`` for ``seed`` on a backend that can cut the network
+    (``partitions``) and fill log directories (``disks``): the same arguments give the same
+    steps."""
+    can = frozenset(name for name, able in ((PARTITIONS, partitions), (DISKS, disks)) if able)
+    return scenario.generate(random.Random(seed), duration_s, nodes, can)

@@ -3,7 +3,7 @@
     fluxctl chaos list
     fluxctl chaos schedule mixed --seed 7 --duration 60
     fluxctl chaos run kill-leader [--seed N] [--duration S] [--out DIR] [--docker | --secure]
-        [--netns]
+        [--netns] [--disks] [--schedules N]
     fluxctl chaos check DIR/history.jsonl
 
 ``run`` starts its own 3-node cluster of node processes (with the short failure-detection
@@ -28,24 +28,28 @@ import contextlib
 import os
 import random
 import secrets
+import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 from flux.chaos import history as history_module
+from flux.chaos import schedules as schedules_module
 from flux.chaos.checker import check
 from flux.chaos.clock_shim import CLOCK_FILE_ENV, write_offset, write_sitecustomize
+from flux.chaos.disks import TmpfsDisk, missing_requirements
 from flux.chaos.docker_cluster import DockerError, controller_status
 from flux.chaos.nemesis import NemesisUnsupportedError, format_schedule
 from flux.chaos.netns import NetnsError, NetnsNetwork, netns_network
 from flux.chaos.partitions import Shape, split
 from flux.chaos.report import format_report
-from flux.chaos.runner import docker_backend_factory, run_scenario
-from flux.chaos.scenarios import SCENARIOS, generate_schedule
+from flux.chaos.runner import RunResult, docker_backend_factory, run_scenario
+from flux.chaos.scenarios import SCENARIOS, Scenario, generate_schedule
 from flux.cluster.launcher import (
     CLIENT_PROPERTIES_FILE,
     TLS_DIR,
@@ -90,6 +94,13 @@ NETNS_PORTS = {"kafka_base_port": 9092, "controller_base_port": 9192, "http_base
 #: Where a cluster with clock jumps keeps the shim's sitecustomize.py, and each node's offset.
 CLOCK_SHIM_DIR = "clock-shim"
 CLOCK_OFFSET_FILE = "clock-offset"
+#: A cluster with disks (``disks=True``): each node's data directory is a tmpfs of this many
+#: MiB (a chaos run writes a few MiB per node), and its controller's Raft files
+#: (``<data_dir>/controller``, see ``flux.cluster.node``) a second tmpfs inside it, so filling
+#: the log directory never touches the Raft journal.
+LOG_DISK_MIB = 256
+RAFT_DISK_MIB = 256
+RAFT_SUBDIR = "controller"
 
 
 class ProcessCluster:
@@ -98,7 +109,8 @@ class ProcessCluster:
     network namespaces (``network``; the backend is then called ``netns``): ``partition``
     splits the nodes from the others with the clients still reaching everyone, ``cut``
     installs any ``flux.chaos.partitions`` shape. Clock jumps only when the nodes were started
-    with the clock shim (``clock_files``: node -> its offset file).
+    with the clock shim (``clock_files``: node -> its offset file). Full disks only when each
+    node's log directory is a file system of its own (``log_disks``: node -> its tmpfs).
 
     Thread-safety: driven by one thread (the nemesis); ``stop_all`` after it finished.
     """
@@ -113,12 +125,15 @@ class ProcessCluster:
         ca_file: Path | None = None,
         network: NetnsNetwork | None = None,
         clock_files: Mapping[int, Path] | None = None,
+        log_disks: Mapping[int, TmpfsDisk] | None = None,
     ) -> None:
         """``client_config`` and ``ca_file``: a secured cluster's client settings (Kafka's
         names, without ``bootstrap.servers``) and the CA its node HTTP is verified with."""
         self._processes = {process.node_id: process for process in processes}
         self._network = network
         self._clock_files = dict(clock_files or {})
+        self._log_disks = dict(log_disks or {})
+        self.disks = bool(self._log_disks)
         self.backend = "netns" if network is not None else "process"
         self._client_config = dict(client_config or {})
         self._ca_file = ca_file
@@ -207,6 +222,18 @@ class ProcessCluster:
             )
         write_offset(self._clock_files[node], offset_s)
 
+    def fill_disk(self, node: int) -> dict[str, Any]:
+        if node not in self._log_disks:
+            raise NemesisUnsupportedError(
+                "full disks need nodes on disks of their own (fluxctl chaos run ... --disks, "
+                "as root)"
+            )
+        return {"filled_bytes": self._log_disks[node].fill()}
+
+    def free_disk(self, node: int) -> None:
+        if node in self._log_disks:
+            self._log_disks[node].free()
+
     def stop_all(self) -> None:
         """Resume paused nodes (a stopped process ignores SIGTERM), then stop every node."""
         for node in list(self._paused):
@@ -230,6 +257,7 @@ def start_process_cluster(
     secure: bool = False,
     netns: bool = False,
     clock_jumps: bool = False,
+    disks: bool = False,
 ) -> Iterator[ProcessCluster]:
     """Start ``nodes`` combined nodes under ``root`` with ``CHAOS_NODE_SETTINGS`` (plus
     ``extra``), yield their ``ProcessCluster``, stop every node on exit (also on errors).
@@ -238,7 +266,9 @@ def start_process_cluster(
     the admin's client settings in ``root/client.properties``); the ``ProcessCluster`` hands
     every client the admin's settings. ``netns``: every node in a network namespace of its
     own (``flux.chaos.netns``; ``NetnsUnavailableError`` says why it cannot), removed with the
-    cluster. ``clock_jumps``: nodes started with the clock shim, so ``jump_clock`` works."""
+    cluster. ``clock_jumps``: nodes started with the clock shim, so ``jump_clock`` works.
+    ``disks``: each node's data directory a tmpfs of its own (its Raft files on a second one),
+    so ``fill_disk`` works; unmounted, with their contents, when the cluster stops (root)."""
     settings: dict[str, dict[str, Any]] = {s: dict(k) for s, k in CHAOS_NODE_SETTINGS.items()}
     for section, keys in (extra or {}).items():
         settings.setdefault(section, {}).update(keys)
@@ -261,12 +291,14 @@ def start_process_cluster(
                 process.command_prefix = network.command_prefix(process.node_id)
         clock_files = _install_clock_shim(root, processes) if clock_jumps else {}
         cluster: ProcessCluster | None = None
+        mounted: list[TmpfsDisk] = []
         try:
+            log_disks = _mount_disks(processes, mounted) if disks else {}
             for process in processes:
                 process.start()
             for process in processes:
                 process.wait_ready(NODE_TIMEOUT_S)
-            cluster = _process_cluster(root, processes, tls, network, clock_files)
+            cluster = _process_cluster(root, processes, tls, network, clock_files, log_disks)
             _wait_for_controller(cluster)
             yield cluster
         finally:
@@ -275,6 +307,25 @@ def start_process_cluster(
             else:
                 for process in processes:
                     process.stop(timeout_s=10.0)
+            for disk in reversed(mounted):
+                disk.close()
+
+
+def _mount_disks(
+    processes: Sequence[NodeProcess], mounted: list[TmpfsDisk]
+) -> dict[int, TmpfsDisk]:
+    """A tmpfs for each node's data directory and one for its Raft files inside it (appended
+    to ``mounted`` as they are made, for the caller to unmount in reverse); node -> log disk."""
+    problem = missing_requirements()
+    if problem is not None:
+        raise NemesisUnsupportedError(f"disks for the nodes: {problem}")
+    log_disks = {}
+    for process in processes:
+        log_disk = TmpfsDisk(process.data_dir, LOG_DISK_MIB)
+        mounted.append(log_disk)
+        mounted.append(TmpfsDisk(process.data_dir / RAFT_SUBDIR, RAFT_DISK_MIB))
+        log_disks[process.node_id] = log_disk
+    return log_disks
 
 
 def _install_clock_shim(root: Path, processes: Sequence[NodeProcess]) -> dict[int, Path]:
@@ -301,10 +352,13 @@ def _process_cluster(
     tls: ClusterTls | None,
     network: NetnsNetwork | None,
     clock_files: Mapping[int, Path],
+    log_disks: Mapping[int, TmpfsDisk],
 ) -> ProcessCluster:
     """The ``ProcessCluster`` of started nodes; on a secured cluster, once ``admin`` exists."""
     if tls is None:
-        return ProcessCluster(processes, network=network, clock_files=clock_files)
+        return ProcessCluster(
+            processes, network=network, clock_files=clock_files, log_disks=log_disks
+        )
     password = secrets.token_urlsafe(24)
     settings = provision_admin(processes, tls, password=password, timeout_s=NODE_TIMEOUT_S)
     write_client_properties(root / CLIENT_PROPERTIES_FILE, settings)
@@ -315,6 +369,7 @@ def _process_cluster(
         ca_file=tls.ca_file,
         network=network,
         clock_files=clock_files,
+        log_disks=log_disks,
     )
 
 
@@ -368,15 +423,21 @@ def chaos_list() -> None:
 @_duration_option
 @click.option("--docker", is_flag=True, help="the schedule of a Docker run (with partitions)")
 @click.option("--netns", is_flag=True, help="the schedule of a --netns run (with partitions)")
+@click.option("--disks", is_flag=True, help="the schedule of a --disks run (with full disks)")
 def chaos_schedule(
-    scenario: str, seed: int | None, duration_s: float, docker: bool, netns: bool
+    scenario: str, seed: int | None, duration_s: float, docker: bool, netns: bool, disks: bool
 ) -> None:
     """Print the fault schedule a seed gives, without running anything."""
     seed = _pick_seed(seed)
     chosen = SCENARIOS[scenario]
     partitions = docker or netns or chosen.needs_partitions
     steps = generate_schedule(
-        chosen, seed=seed, duration_s=duration_s, nodes=chosen.nodes, partitions=partitions
+        chosen,
+        seed=seed,
+        duration_s=duration_s,
+        nodes=chosen.nodes,
+        partitions=partitions,
+        disks=disks and not docker,
     )
     click.echo(f"scenario {scenario} seed {seed} duration {duration_s:g}")
     click.echo(format_schedule(steps) or "  (no steps)")
@@ -391,7 +452,8 @@ def chaos_schedule(
     "out_dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="where the cluster, history and report go [default: .flux/chaos/SCENARIO-SEED]",
+    help="where the cluster, history and report go [default: .flux/chaos/SCENARIO-SEED, "
+    "with --schedules .flux/chaos/SCENARIO-schedules-SEED]",
 )
 @click.option("--docker", is_flag=True, help="run on the Docker backend (network partitions)")
 @click.option(
@@ -401,10 +463,23 @@ def chaos_schedule(
     "scenarios that need partitions)",
 )
 @click.option(
+    "--disks",
+    is_flag=True,
+    help="give each local node's log directory a small file system of its own, so the mixed "
+    "scenario fills disks too (root)",
+)
+@click.option(
     "--secure",
     is_flag=True,
     help="secure the cluster as `fluxctl cluster up --secure` does (TLS, SASL, ACLs); every "
     "client logs in as its super user admin (process backend only)",
+)
+@click.option(
+    "--schedules",
+    type=click.IntRange(min=1),
+    default=None,
+    help="run N schedules back to back (seeds SEED, SEED+1, ...), each on a fresh cluster; "
+    "print a line per schedule and the totals, keep the table in OUT/schedules.jsonl",
 )
 def chaos_run(
     scenario: str,
@@ -413,56 +488,134 @@ def chaos_run(
     out_dir: str | None,
     docker: bool,
     netns: bool,
+    disks: bool,
     secure: bool,
+    schedules: int | None,
 ) -> None:
     """Run SCENARIO on a fresh local cluster and check the history."""
     seed = _pick_seed(seed)
     chosen = SCENARIOS[scenario]
-    root = Path(out_dir or f".flux/chaos/{scenario}-{seed}").resolve()
-    if root.exists() and any(root.iterdir()):
-        raise click.ClickException(f"{root} is not empty: pick another --out or remove it")
-    if docker and (secure or netns):
+    if docker and (secure or netns or disks):
         raise click.UsageError(
-            "--secure and --netns run on the process backend only (without --docker)"
+            "--secure, --netns and --disks run on the process backend only (without --docker)"
         )
     if docker and (chosen.partition_shapes or chosen.needs_clock):
         raise click.ClickException(
             f"{scenario} runs on local processes only (one-way and bridge partitions, clock "
             f"jumps): drop --docker"
         )
-    netns = netns or chosen.needs_partitions
-    if docker:
-        factory = docker_backend_factory()
-        if factory is None:
-            raise click.ClickException(
-                "the Docker backend is not installed (flux.chaos.docker_backend is missing)"
-            )
-        backend = factory(root / "cluster", nodes=chosen.nodes)
-    else:
-        backend = start_process_cluster(
-            root / "cluster",
-            nodes=chosen.nodes,
-            extra=chosen.settings(),
-            secure=secure,
-            netns=netns,
-            clock_jumps=chosen.needs_clock,
-        )
-    try:
-        with backend as control:
-            outcome = run_scenario(
-                chosen, control, seed=seed, duration_s=duration_s, out_dir=root, log=click.echo
-            )
-    except (DockerError, ClusterSecurityError, NemesisUnsupportedError, NetnsError) as error:
-        raise click.ClickException(str(error)) from None
+    run = _Run(chosen, duration_s, docker, netns or chosen.needs_partitions, disks, secure)
+    if schedules is not None:
+        root = Path(out_dir or f".flux/chaos/{scenario}-schedules-{seed}").resolve()
+        _check_empty(root)
+        sys.exit(_run_schedules(run, seed, schedules, root))
+    root = Path(out_dir or f".flux/chaos/{scenario}-{seed}").resolve()
+    _check_empty(root)
+    outcome = run.once(seed, root, click.echo)
     click.echo(f"files: {', '.join(str(path) for path in outcome.files.values())}")
-    flags = [("--docker", docker), ("--netns", netns and not chosen.needs_partitions),
-             ("--secure", secure)]  # fmt: skip
-    docker_flag = "".join(f" {flag}" for flag, given in flags if given)
-    click.echo(
-        f"reproduce: fluxctl chaos run {scenario} --seed {seed} --duration {duration_s:g}"
-        f"{docker_flag}"
-    )
+    click.echo(f"reproduce: {run.reproduce(seed)}")
     sys.exit(_exit_code(outcome.result.valid))
+
+
+def _check_empty(root: Path) -> None:
+    if root.exists() and any(root.iterdir()):
+        raise click.ClickException(f"{root} is not empty: pick another --out or remove it")
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One scenario on one backend, runnable for any seed."""
+
+    scenario: Scenario
+    duration_s: float
+    docker: bool
+    netns: bool
+    disks: bool
+    secure: bool
+
+    def once(self, seed: int, root: Path, log: Callable[[str], None]) -> RunResult:
+        """The scenario for ``seed`` on a fresh cluster under ``root``; its outcome."""
+        chosen = self.scenario
+        if self.docker:
+            factory = docker_backend_factory()
+            if factory is None:
+                raise click.ClickException(
+                    "the Docker backend is not installed (flux.chaos.docker_backend is missing)"
+                )
+            backend = factory(root / "cluster", nodes=chosen.nodes)
+        else:
+            backend = start_process_cluster(
+                root / "cluster",
+                nodes=chosen.nodes,
+                extra=chosen.settings(),
+                secure=self.secure,
+                netns=self.netns,
+                clock_jumps=chosen.needs_clock,
+                disks=self.disks,
+            )
+        try:
+            with backend as control:
+                return run_scenario(
+                    chosen, control, seed=seed, duration_s=self.duration_s, out_dir=root, log=log
+                )
+        except (
+            DockerError,
+            ClusterSecurityError,
+            NemesisUnsupportedError,
+            NetnsError,
+        ) as error:
+            raise click.ClickException(str(error)) from None
+
+    def reproduce(self, seed: int) -> str:
+        """The command that runs this scenario for ``seed`` again."""
+        flags = [("--docker", self.docker), ("--disks", self.disks), ("--secure", self.secure),
+                 ("--netns", self.netns and not self.scenario.needs_partitions)]  # fmt: skip
+        extra = "".join(f" {flag}" for flag, given in flags if given)
+        return (
+            f"fluxctl chaos run {self.scenario.name} --seed {seed} --duration "
+            f"{self.duration_s:g}{extra}"
+        )
+
+
+def _run_schedules(run: _Run, first_seed: int, count: int, root: Path) -> int:
+    """``count`` schedules of ``run``, seeds ``first_seed`` on, each on a fresh cluster in
+    ``root/<seed>`` (its output in ``run.log`` there; the cluster's files removed once the
+    schedule is valid, kept otherwise); a line per schedule, the totals at the end. The exit
+    code of the worst schedule."""
+    root.mkdir(parents=True, exist_ok=True)
+    table = root / schedules_module.TABLE_FILE
+    click.echo(
+        f"chaos: {count} schedules of {run.scenario.name}, {run.duration_s:g} s of faults each, "
+        f"seeds {first_seed}-{first_seed + count - 1}; table: {table}"
+    )
+    rows = []
+    for seed in range(first_seed, first_seed + count):
+        out = root / str(seed)
+        out.mkdir()
+        started = time.monotonic()
+        with open(out / "run.log", "a", encoding="utf-8") as run_log:
+            outcome = run.once(seed, out, lambda line: print(line, file=run_log, flush=True))
+        ops = history_module.load(outcome.files["history"])
+        row = schedules_module.row_of(
+            seed,
+            outcome.result,
+            ops,
+            seconds=time.monotonic() - started,
+            reproduce=run.reproduce(seed),
+            out_dir=out,
+        )
+        schedules_module.append(table, row)
+        rows.append(row)
+        click.echo(schedules_module.format_row(row))
+        if row.verdict == "valid":
+            shutil.rmtree(out / "cluster", ignore_errors=True)
+        else:
+            click.echo(f"  files: {out}\n  reproduce: {row.reproduce}")
+    click.echo(schedules_module.format_totals(schedules_module.totals(rows)))
+    verdicts = {row.verdict for row in rows}
+    return _exit_code(
+        False if "invalid" in verdicts else "unknown" if "unknown" in verdicts else True
+    )
 
 
 @chaos.command("check")
