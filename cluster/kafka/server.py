@@ -56,6 +56,13 @@ log = logging.getLogger("flux.cluster.kafka")
 API_VERSIONS_KEY = 18
 #: Responses one connection may have pending (being computed or waiting to be sent).
 MAX_IN_FLIGHT_REQUESTS = 100
+#: Bytes a connection's stream reader buffers ahead of what the reader asked for: asyncio
+#: stops reading the socket beyond twice this (the rest waits in the kernel, and TCP slows the
+#: client). It bounds what a connection waiting for the ``RequestBytesBudget`` holds: with
+#: 1 MiB here, 1,000 connections each offering two 900 kB requests made a node resident in
+#: 1.7-2.5 GB whatever the budget (benchmarks/connection_flood.py); a frame larger than this
+#: still arrives whole (``readexactly`` resumes reading as it consumes).
+READ_BUFFER_BYTES = 64 * 1024
 #: Frames larger than this must arrive within the server's ``frame_read_timeout_s`` once their
 #: size is read (they hold that much of the node's ``RequestBytesBudget`` meanwhile); smaller
 #: ones, which hold little, are read without a timer.
@@ -220,7 +227,7 @@ class KafkaServer:
                 self._host,
                 self._port,
                 reuse_address=True,
-                limit=1 << 20,
+                limit=READ_BUFFER_BYTES,
                 ssl=self._security.ssl_context,
             )
         except OSError as error:
@@ -329,59 +336,73 @@ class KafkaServer:
                         self._frame_read_timeout_s,
                     )
                     return
-                sasl = info.sasl
-                if sasl is not None and sasl.expects_raw_token:
-                    # After SaslHandshake v0 the SASL tokens travel as bare size-prefixed frames.
-                    try:
-                        token = await sasl.raw_token(frame)
-                    except SaslFailure as failure:
-                        log.info("closing connection from %s: %s", info.peer, failure)
-                        if failure.authentication_failed:
-                            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
-                        return
-                    if sasl.principal is not None:
-                        info.principal = sasl.principal
-                    await responses.put(len(token).to_bytes(4, "big") + token)
-                    continue
-                try:
-                    header, body = decode_request(frame)
-                except UnsupportedVersionError as error:
-                    if error.api_key == API_VERSIONS_KEY and error.correlation_id is not None:
-                        # Clients probe ApiVersions at their newest version and retry lower.
-                        await responses.put(
-                            encode_unsupported_api_versions_response(
-                                error.correlation_id, advertised=self._advertised_versions
-                            )
-                        )
-                        continue
-                    log.warning("closing connection from %s: %s", info.peer, error)
+                keep_open = await self._serve_frame(frame, responses, info)
+                del frame  # not held while the next request is awaited
+                if not keep_open:
                     return
-                except InvalidFrameError as error:
-                    log.warning(
-                        "closing connection from %s: malformed request: %s", info.peer, error
-                    )
-                    return
-                info.requests += 1
-                if sasl is not None:
-                    try:
-                        sasl.check_request(header.api_key)
-                    except SaslFailure as failure:
-                        log.warning("closing connection from %s: %s", info.peer, failure)
-                        return
-                if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
-                    answer, close = await self._sasl_request(header, body, info)
-                    await responses.put(encode_response(header, answer))
-                    if close:
-                        return
-                    continue
-                try:
-                    response = await self._handler(header, body, info)
-                except UnsupportedVersionError as error:
-                    log.warning("closing connection from %s: %s", info.peer, error)
-                    return
-                await responses.put(response)
             finally:
                 self._request_budget.release(size)
+
+    async def _serve_frame(
+        self,
+        frame: bytes,
+        responses: asyncio.Queue[bytes | Deferred | None],
+        info: ConnectionInfo,
+    ) -> bool:
+        """Decode and handle one request frame, queueing its response; False when the
+        connection is to be closed after the responses already due. A method of its own so
+        that the frame, the decoded request and the response are released once it returns:
+        as locals of the read loop they stayed alive while the loop waited for the next
+        request, and 1,000 connections each held their last request (900 MB resident for
+        1,000 requests of 900 kB, whatever the ``RequestBytesBudget``)."""
+        sasl = info.sasl
+        if sasl is not None and sasl.expects_raw_token:
+            # After SaslHandshake v0 the SASL tokens travel as bare size-prefixed frames.
+            try:
+                token = await sasl.raw_token(frame)
+            except SaslFailure as failure:
+                log.info("closing connection from %s: %s", info.peer, failure)
+                if failure.authentication_failed:
+                    await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
+                return False
+            if sasl.principal is not None:
+                info.principal = sasl.principal
+            await responses.put(len(token).to_bytes(4, "big") + token)
+            return True
+        try:
+            header, body = decode_request(frame)
+        except UnsupportedVersionError as error:
+            if error.api_key == API_VERSIONS_KEY and error.correlation_id is not None:
+                # Clients probe ApiVersions at their newest version and retry lower.
+                await responses.put(
+                    encode_unsupported_api_versions_response(
+                        error.correlation_id, advertised=self._advertised_versions
+                    )
+                )
+                return True
+            log.warning("closing connection from %s: %s", info.peer, error)
+            return False
+        except InvalidFrameError as error:
+            log.warning("closing connection from %s: malformed request: %s", info.peer, error)
+            return False
+        info.requests += 1
+        if sasl is not None:
+            try:
+                sasl.check_request(header.api_key)
+            except SaslFailure as failure:
+                log.warning("closing connection from %s: %s", info.peer, failure)
+                return False
+        if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            answer, close = await self._sasl_request(header, body, info)
+            await responses.put(encode_response(header, answer))
+            return not close
+        try:
+            response = await self._handler(header, body, info)
+        except UnsupportedVersionError as error:
+            log.warning("closing connection from %s: %s", info.peer, error)
+            return False
+        await responses.put(response)
+        return True
 
     async def _sasl_request(
         self, header: RequestHeader, body: dict[str, Any], info: ConnectionInfo

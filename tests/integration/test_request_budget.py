@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import select
 import socket
+import struct
 import threading
 
 import pytest
@@ -123,3 +124,69 @@ def test_a_trickling_request_holds_the_budget_only_until_its_timeout(cluster_fac
     partition = body["responses"][0]["partition_responses"][0]
     assert correlation_id == 7 and partition["error_code"] == ErrorCode.NONE, partition
     assert partition["base_offset"] == 0
+
+
+#: The flood of the memory test: connections that each send two requests of FLOOD_BYTES at
+#: once (about 360 MB offered), and how far above its resident memory before the flood the
+#: node may go (the budget, 16 MiB, plus what a connection's reader buffers, about 0.25 MB
+#: each). Before the read loop released each request it had handled, the node peaked about
+#: 360 MB above it here: every connection kept its last request while it waited for the next.
+FLOOD_CONNECTIONS = 200
+FLOOD_BYTES = 900_000
+FLOOD_BUDGET_BYTES = 16 << 20
+FLOOD_RSS_GROWTH_MAX_MB = 150
+
+
+def _read_exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        assert chunk, "the node closed the connection"
+        data += chunk
+    return data
+
+
+def _status_mb(pid: int, field: str) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def test_a_flood_of_big_requests_keeps_the_node_within_its_budget(cluster_factory) -> None:
+    (node,) = cluster_factory(
+        1,
+        broker={"queued_max_request_bytes": FLOOD_BUDGET_BYTES, "max_connections": 400},
+    )
+    assert create_topic(node, "flood", 1, 1)["error_code"] == ErrorCode.NONE
+    assert node.pid is not None
+    value = b"f" * FLOOD_BYTES
+    frames = [_produce(n, "flood", [value]) for n in range(2)]
+    with KafkaConnection.from_bootstrap(node.bootstrap_servers) as conn:
+        conn.send_raw(frames[0])  # the partition is led and written once before the flood
+        assert decode_response(ApiKey.PRODUCE, 7, conn.receive_frame())[1]["responses"]
+    before_mb = _status_mb(node.pid, "VmRSS")
+    host, _, port = node.bootstrap_servers.split(",")[0].rpartition(":")
+    sockets = [
+        socket.create_connection((host, int(port)), timeout=60) for _ in range(FLOOD_CONNECTIONS)
+    ]
+    try:
+        senders = [threading.Thread(target=s.sendall, args=(b"".join(frames),)) for s in sockets]
+        for sender in senders:
+            sender.start()
+        answered = 0
+        for sock in sockets:
+            for _ in frames:
+                (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+                _, body = decode_response(ApiKey.PRODUCE, 7, _read_exactly(sock, size))
+                assert body["responses"][0]["partition_responses"][0]["error_code"] == 0
+                answered += 1
+        for sender in senders:
+            sender.join(timeout=60)
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert answered == 2 * FLOOD_CONNECTIONS
+    growth_mb = _status_mb(node.pid, "VmHWM") - before_mb
+    assert growth_mb < FLOOD_RSS_GROWTH_MAX_MB, f"peak resident memory grew {growth_mb:.0f} MB"
