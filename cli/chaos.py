@@ -589,7 +589,11 @@ def _run_schedules(run: _Run, first_seed: int, count: int, root: Path) -> int:
         f"seeds {first_seed}-{first_seed + count - 1}; table: {table}"
     )
     rows = []
+    interrupted = _StopAfterThisSchedule()
     for seed in range(first_seed, first_seed + count):
+        if interrupted.requested:
+            click.echo(f"chaos: interrupted; {len(rows)} of {count} schedules ran")
+            break
         out = root / str(seed)
         out.mkdir()
         started = time.monotonic()
@@ -611,6 +615,7 @@ def _run_schedules(run: _Run, first_seed: int, count: int, root: Path) -> int:
             shutil.rmtree(out / "cluster", ignore_errors=True)
         else:
             click.echo(f"  files: {out}\n  reproduce: {row.reproduce}")
+    interrupted.restore()
     click.echo(schedules_module.format_totals(schedules_module.totals(rows)))
     verdicts = {row.verdict for row in rows}
     return _exit_code(
@@ -625,6 +630,29 @@ def chaos_check(history_path: str) -> None:
     result = check(history_module.load(Path(history_path)))
     click.echo(format_report(result, history=history_path))
     sys.exit(_exit_code(result.valid))
+
+
+class _StopAfterThisSchedule:
+    """SIGINT (Ctrl-C) during many schedules: the first lets the running schedule finish
+    (its cluster stopped, disks unmounted, namespaces removed, its row written) and starts no
+    other; a second one interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            self.restore()
+            raise KeyboardInterrupt
+        self.requested = True
+        click.echo(
+            "chaos: stopping after the running schedule (Ctrl-C again to stop at once)",
+            err=True,
+        )
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGINT, self._previous)
 
 
 def _pick_seed(seed: int | None) -> int:

@@ -3,14 +3,18 @@ and the table of ``fluxctl chaos run --schedules N`` (``flux.chaos.schedules``).
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 from pathlib import Path
 
+import pytest
 from flux.chaos import schedules
 from flux.chaos.checker import Anomaly, Availability, CheckResult
 from flux.chaos.history import Op
 from flux.chaos.nemesis import Step
 from flux.chaos.scenarios import SCENARIOS, generate_schedule
+from flux.cli.chaos import _StopAfterThisSchedule
 
 
 def _mixed(seed: int, *, disks: bool, duration_s: float = 120.0) -> list[Step]:
@@ -136,3 +140,16 @@ def test_the_table_survives_a_reload_and_sums_up(tmp_path: Path) -> None:
     text = schedules.format_totals(summary)
     assert "schedules: 3 (invalid 1, unknown 1, valid 1)" in text
     assert "seeds not valid: 2, 3" in text
+
+
+def test_a_first_ctrl_c_lets_the_running_schedule_finish_a_second_stops_at_once() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    stop = _StopAfterThisSchedule()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)  # handled: no KeyboardInterrupt
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is before
+    finally:
+        stop.restore()
