@@ -545,7 +545,15 @@ class ReplicaManager:
 
     def _claim_directory(self, directory: Path, topic_id: str) -> bool:
         """Make ``directory`` belong to ``topic_id``: a leftover of an older topic of the same
-        name is removed first. True when the directory was created here (so it is empty)."""
+        name is removed first. True when the directory was created here (so it is empty).
+
+        A directory whose ``partition.metadata`` is missing or empty is adopted, as Kafka
+        does (it writes the topic id into a log that has none): the marker is written
+        without an fsync, so a crash (or a dying disk) soon after the replica was created can
+        leave it empty while the log's fsynced batches survive, and those may be the only
+        copy of acknowledged records. (Removing such a directory lost a replica's log after
+        its disk died: tests/integration/test_disk_faults.py.) A marker naming another topic
+        id is durable, being older than the crash window, and its directory is removed."""
         marker = directory / _PARTITION_METADATA
         try:
             os.mkdir(directory)
@@ -557,6 +565,10 @@ class ReplicaManager:
             except FileNotFoundError:
                 owner = ""
             if owner == topic_id:
+                return False
+            if not owner:
+                log.warning("%s has no topic id: adopting it for %s", directory, topic_id)
+                marker.write_text(topic_id + "\n")
                 return False
             log.warning(
                 "removing %s: it belongs to topic id %r, not %s", directory, owner, topic_id
@@ -639,11 +651,17 @@ class ReplicaManager:
         for entry in self._data_dir.iterdir():
             if (
                 entry.is_dir()
+                and not entry.name.endswith(_DELETE_SUFFIX)  # already going (maybe just now)
                 and (entry / _PARTITION_METADATA).exists()
                 and entry.name not in hosted
             ):
                 log.warning("removing stray replica directory %s", entry)
-                self._delete_directory(entry)
+                try:
+                    self._delete_directory(entry)
+                except OSError as error:
+                    # Housekeeping: the image is applied and its listeners told regardless
+                    # (before, a failure here left the fetchers without the image).
+                    log.warning("stray replica directory %s not removed: %s", entry, error)
 
     # -- partitions ---------------------------------------------------------------------------
 

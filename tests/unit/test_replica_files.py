@@ -216,3 +216,58 @@ def test_the_worker_leaves_existing_directories_to_the_event_loop(tmp_path: Path
     assert (tmp_path / "t-5" / "partition.metadata").read_text() == TOPIC_ID + "\n"
     assert manager.partition("t", 5) is not None
     asyncio.run(manager.close())
+
+
+def test_a_replica_whose_topic_id_marker_was_lost_is_adopted_with_its_log(tmp_path: Path) -> None:
+    # A dying disk took the unsynced partition.metadata (left empty) but not the fsynced log.
+    image = _topic_image(1)
+    manager = ReplicaManager(_config(tmp_path))
+    _follow(manager, image)
+    manager.partition("t", 0).append_as_follower(
+        build_batch([(b"k", b"acknowledged", ())], partition_leader_epoch=0)
+    )
+    manager.flush_by_time()
+    asyncio.run(manager.close())
+    (tmp_path / "t-0" / "partition.metadata").write_text("")
+
+    restarted = ReplicaManager(_config(tmp_path))
+    _follow(restarted, image)
+    assert restarted.partition("t", 0).log.log_end_offset == 1  # kept, not removed
+    assert (tmp_path / "t-0" / "partition.metadata").read_text() == TOPIC_ID + "\n"
+    assert [entry.name for entry in tmp_path.iterdir() if entry.name.endswith("-delete")] == []
+    asyncio.run(restarted.close())
+
+
+def test_stray_removal_leaves_directories_being_deleted_and_never_blocks_the_image(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # At start: t-0 is an older topic's leftover (renamed to *-delete, its files removed on
+    # the worker thread, which may be at it while the stray pass looks) and u-0 is a stray
+    # replica that cannot be removed. The image must still reach its listeners.
+    for name, owner in (("t-0", "older-topic"), ("u-0", "gone-topic")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "partition.metadata").write_text(owner + "\n")
+    manager = ReplicaManager(_config(tmp_path))
+    removals: list[Path] = []
+    monkeypatch.setattr(
+        manager._file_worker, "submit", lambda _fn, path, **_: removals.append(path)
+    )
+    delete = manager._delete_directory
+
+    def failing_delete(directory: Path) -> None:
+        if directory.name == "u-0":
+            raise FileNotFoundError(directory)
+        delete(directory)
+
+    monkeypatch.setattr(manager, "_delete_directory", failing_delete)
+    seen: list[int] = []
+    manager.add_image_listener(lambda image: seen.append(image.version))
+
+    _follow(manager, _topic_image(1))
+
+    assert seen == [1]
+    assert len(removals) == 1 and removals[0].name.startswith("t-0.")  # renamed once only
+    assert removals[0].exists()  # left to the worker
+    assert manager.partition("t", 0) is not None
+    assert (tmp_path / "t-0" / "partition.metadata").read_text() == TOPIC_ID + "\n"
+    asyncio.run(manager.close())
