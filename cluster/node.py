@@ -24,7 +24,7 @@ import logging
 import os
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flux.controller.service import ControllerService, ControllerSettings, VoterAddress
 from flux.protocol.api import ApiKey
@@ -54,6 +54,9 @@ from .replication.peers import BrokerPeers
 from .replication.replica_manager import ReplicaManager
 from .transactions.coordinator import TransactionCoordinator
 
+if TYPE_CHECKING:
+    from flux.console import Console
+
 __all__ = ["Node", "run_node"]
 
 log = logging.getLogger("flux.cluster.node")
@@ -79,6 +82,7 @@ class Node:
         self.metrics: BrokerMetrics | None = None
         self.peers: BrokerPeers | None = None
         self.http_api: HttpApi | None = None
+        self.console: Console | None = None
         self.heap: HeapPolicy | None = None
         self.push: PushManager | None = None
         self.memory_cleaner: MemoryTopicCleaner | None = None
@@ -216,6 +220,12 @@ class Node:
             broker_id=config.node.id,
             allow_auto_create=config.broker.auto_create_topics,
         )
+        http_api.controller_id = lambda: self.lifecycle.controller_id
+        configured_voters = tuple(
+            (v.node_id, v.raft_address, v.http_address) for v in config.controller.voters
+        )
+        # The image names the voters once the quorum was reconfigured; before, the config does.
+        http_api.quorum_voters = lambda: replicas.image.quorum_voters or configured_voters
         credentials = ImageCredentials(lambda: replicas.image)
         http_auth = HttpAuthenticator(
             required=config.security.http_auth == "required",
@@ -223,12 +233,17 @@ class Node:
             authorization=apis.authorization,
             image=lambda: replicas.image,
         )
+        # The web console mounts on this server and reads through the HTTP API (the node is
+        # where the parts are assembled: flux.console imports flux.cluster.http, not back).
+        from flux.console import Console
+
+        self.console = Console(http_api)
         self.http = BrokerHttpServer(
             host=config.broker.host,
             port=config.broker.http_port,
             health=self._health,
             replication=replicas,
-            routes=http_api.routes(),
+            routes=[*http_api.routes(), *self.console.routes()],
             ssl_context=self.internal.server_ssl,
             middlewares=[*self.internal.middlewares(), *http_auth.middlewares()],
         )
@@ -376,6 +391,8 @@ class Node:
             await self.lifecycle.stop()
         for server in self.kafka_servers:
             await server.stop()
+        if self.console is not None:
+            await self.console.close()
         if self.http_api is not None:
             await self.http_api.close()
         if self.http is not None:

@@ -35,7 +35,12 @@ def push_group(subscription_id: str) -> str:
 
 
 class OffsetsUnavailableError(RuntimeError):
-    """The group's coordinator is unknown or did not answer."""
+    """The group's coordinator is unknown, did not answer, or refused: ``errors`` holds the
+    error codes it answered, if any."""
+
+    def __init__(self, message: str, errors: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.errors = list(errors or [])
 
 
 class OffsetsClient:
@@ -68,7 +73,7 @@ class OffsetsClient:
             if status != 200 and not errors:
                 errors = [status]
         if errors:
-            raise OffsetsUnavailableError(f"group {group_id}: commit failed: {errors}")
+            raise OffsetsUnavailableError(f"group {group_id}: commit failed: {errors}", errors)
 
     async def commit_local(self, group_id: str, offsets: list[tuple[str, int, int]]) -> list[int]:
         by_topic: dict[str, list[dict[str, Any]]] = {}

@@ -70,6 +70,13 @@ class HttpApi(FluxApi, RestApi):
         self._round_robin = itertools.count()
         self._group_commit = GroupCommit()
         self._links = ForwardLinks(peers)
+        #: The active controller's id as this broker last heard it (``GET /cluster``); the
+        #: node sets it once its lifecycle exists.
+        self.controller_id: Callable[[], int | None] = lambda: None
+        #: The controller quorum's voters ``(id, raft address, HTTP address)``.
+        self.quorum_voters: Callable[[], tuple[tuple[int, str, str], ...]] = lambda: (
+            replicas.image.quorum_voters
+        )
 
     async def close(self) -> None:
         """Close the produce links, this broker's to the leaders and the others' to it
@@ -88,6 +95,7 @@ class HttpApi(FluxApi, RestApi):
             web.post("/topics", json_route(self._create_topic, "topics")),
             web.get("/topics/{topic}", json_route(self._describe_topic, "topic")),
             web.delete("/topics/{topic}", json_route(self._delete_topic, "topic")),
+            web.patch("/topics/{topic}/configs", json_route(self._alter_topic_configs, "topic")),
             web.post("/topics/{topic}/messages", json_route(self._produce, "produce")),
             web.get(
                 "/topics/{topic}/partitions/{partition}/messages",
@@ -95,6 +103,9 @@ class HttpApi(FluxApi, RestApi):
             ),
             web.get("/groups", json_route(self._list_groups, "groups")),
             web.get("/groups/{group}", json_route(self._describe_group, "group")),
+            web.post(
+                "/groups/{group}/offsets", json_route(self._reset_group_offsets, "group_offsets")
+            ),
             web.get("/subscriptions", json_route(self._list_subscriptions, "subscriptions")),
             web.get("/subscriptions/{id}", json_route(self._describe_subscription, "subscription")),
             web.delete(
@@ -138,7 +149,7 @@ class HttpApi(FluxApi, RestApi):
             started = time.perf_counter()
             try:
                 body: dict[str, Any] = {}
-                if request.method in ("POST", "PUT") and request.body_exists:
+                if request.method in ("POST", "PUT", "PATCH") and request.body_exists:
                     try:
                         raw = await request.read()
                     except ConnectionResetError:

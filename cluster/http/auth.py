@@ -18,7 +18,9 @@ The principal is then ``User:<name>``, and with the authorizer on
 | ``POST /unsubscribe``, ``DELETE /subscriptions/{id}`` | READ on every topic of the subscription |
 | ``GET /topics/{t}`` | DESCRIBE on the topic |
 | ``POST /topics`` / ``DELETE /topics/{t}`` | CREATE (cluster or topic) / DELETE on the topic |
+| ``PATCH /topics/{t}/configs`` | ALTER_CONFIGS on the topic |
 | ``GET /groups/{g}`` | DESCRIBE on the group |
+| ``POST /groups/{g}/offsets`` (reset) | READ on the group and on the topic |
 | ``GET /topics``, ``/groups``, ``/subscriptions``, ``/subscriptions/{id}``, ``/cluster`` | DESCRIBE on the cluster |
 
 A refused request gets ``403`` naming the operation and resource, and changes nothing.
@@ -193,6 +195,8 @@ class HttpAuthenticator:
                 ((AclOperation.READ, ResourceType.TOPIC, name),)
                 for name in await self._subscription_topics(request)
             ]
+        if topic is not None and method == "PATCH":
+            return [((AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, topic),)]
         if topic is not None and method == "GET":
             return [((AclOperation.DESCRIBE, ResourceType.TOPIC, topic),)]
         if topic is not None and method == "DELETE":
@@ -201,6 +205,13 @@ class HttpAuthenticator:
             name = (await _body(request)).get("name")
             return self._creating(name, always=True) if isinstance(name, str) else []
         group = info.get("group")
+        if group is not None and method == "POST" and path.endswith("/offsets"):
+            # A reset commits the group's offsets: what Kafka's OffsetCommit needs.
+            name = (await _body(request)).get("topic")
+            needs = [((AclOperation.READ, ResourceType.GROUP, group),)]
+            if isinstance(name, str):
+                needs.append(((AclOperation.READ, ResourceType.TOPIC, name),))
+            return needs
         if group is not None:
             return [((AclOperation.DESCRIBE, ResourceType.GROUP, group),)]
         return [cluster]

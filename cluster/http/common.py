@@ -14,6 +14,7 @@ import binascii
 import itertools
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -223,6 +224,8 @@ class HttpApiBase:
     _round_robin: itertools.count[int]
     _group_commit: GroupCommit
     _links: ForwardLinks
+    controller_id: Callable[[], int | None]
+    quorum_voters: Callable[[], tuple[tuple[int, str, str], ...]]
 
     @property
     def _image(self) -> Any:

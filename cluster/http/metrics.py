@@ -135,6 +135,14 @@ class BrokerMetrics:
         self._collector = PartitionCollector(broker_id, partitions, image, offline_log_dirs)
         self.registry.register(self._collector)
 
+    def requests_total(self) -> int:
+        """Kafka and HTTP requests this broker has answered since it started."""
+        total = 0.0
+        for counter in (self.kafka_requests, self.http_requests):
+            for family in counter.collect():
+                total += sum(s.value for s in family.samples if s.name.endswith("_total"))
+        return int(total)
+
     def set_committed(self, committed: Committed) -> None:
         self._collector.committed = committed
 

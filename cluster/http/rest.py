@@ -5,6 +5,7 @@ committed offsets and groups at their coordinator)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import time
@@ -76,6 +77,28 @@ class RestApi(HttpApiBase):
 
     async def _describe_topic(self, request: web.Request, body: dict[str, Any]) -> Any:
         topic = await self._topic(request.match_info["topic"], create=False)
+        partitions = self._partition_entries(topic)
+        if request.query.get("offsets") == "all" and FORWARDED_HEADER not in request.headers:
+            await self._add_leaders_offsets(topic.name, partitions)
+        return {
+            "name": topic.name,
+            "topic_id": topic.topic_id,
+            "config": topic.config_dict(),
+            "partitions": partitions,
+        }
+
+    async def topic_offsets(self, name: str) -> list[dict[str, Any]] | None:
+        """Every partition of topic ``name`` with its leader, ISR and (from its leader)
+        offsets, as ``GET /topics/{name}?offsets=all`` has them; None if there is no such
+        topic."""
+        topic = self._image.topics.get(name)
+        if topic is None:
+            return None
+        partitions = self._partition_entries(topic)
+        await self._add_leaders_offsets(topic.name, partitions)
+        return partitions
+
+    def _partition_entries(self, topic: Any) -> list[dict[str, Any]]:
         partitions = []
         for index, state in enumerate(topic.partitions):
             entry = {
@@ -91,16 +114,49 @@ class RestApi(HttpApiBase):
                     log_start_offset=local.log.log_start_offset,
                     log_end_offset=local.log_end_offset,
                     high_watermark=local.high_watermark,
+                    size_bytes=local.log.size_bytes,
                 )
             if local is not None and local.config.compacted:
                 entry["cleaner"] = _cleaner_state(local)
             partitions.append(entry)
-        return {
-            "name": topic.name,
-            "topic_id": topic.topic_id,
-            "config": topic.config_dict(),
-            "partitions": partitions,
+        return partitions
+
+    async def _add_leaders_offsets(self, name: str, partitions: list[dict[str, Any]]) -> None:
+        """``GET /topics/{t}?offsets=all``: the offsets of the partitions other brokers lead,
+        one request to each of those leaders (a leader that does not answer leaves its
+        partitions without offsets)."""
+        leaders = {
+            entry["leader"]
+            for entry in partitions
+            if "high_watermark" not in entry and entry["leader"] not in (-1, self._broker_id)
         }
+
+        async def ask(leader: int) -> dict[int, dict[str, Any]]:
+            try:
+                status, answer = await self._peers.request(
+                    leader, "GET", f"/topics/{name}", timeout_s=3.0
+                )
+            except PeerUnavailableError:
+                return {}
+            if status != 200 or not isinstance(answer, dict):
+                return {}
+            return {
+                entry["partition"]: entry
+                for entry in answer.get("partitions", [])
+                if entry.get("leader") == leader and "high_watermark" in entry
+            }
+
+        for found in await asyncio.gather(*(ask(leader) for leader in sorted(leaders))):
+            for entry in partitions:
+                theirs = found.get(entry["partition"])
+                if theirs is not None and "high_watermark" not in entry:
+                    for field in (
+                        "log_start_offset",
+                        "log_end_offset",
+                        "high_watermark",
+                        "size_bytes",
+                    ):
+                        entry[field] = theirs.get(field)
 
     async def _create_topic(self, request: web.Request, body: dict[str, Any]) -> Any:
         name = _text_field(body, "name", required=True, max_bytes=249)
@@ -120,6 +176,29 @@ class RestApi(HttpApiBase):
             request_body["num_partitions" if field == "partitions" else field] = value
         answer = await self._apis.controller_write("POST", "/controller/topics", request_body)
         return self._controller_answer(answer, created=201)
+
+    async def _alter_topic_configs(self, request: web.Request, body: dict[str, Any]) -> Any:
+        """``PATCH /topics/{topic}/configs {"configs": {name: value | null}}``: set or delete
+        (null) config overrides, as Kafka's IncrementalAlterConfigs; an unknown name or a bad
+        value is a 400 naming it, and nothing changes."""
+        topic = await self._topic(request.match_info["topic"], create=False)
+        changes = body.get("configs")
+        if (
+            not isinstance(changes, dict)
+            or not changes
+            or not all(isinstance(v, str) or v is None for v in changes.values())
+        ):
+            raise HttpError(
+                400,
+                "field 'configs' must map names to strings (or null to delete)",
+                field="configs",
+            )
+        answer = await self._apis.controller_write(
+            "POST",
+            "/controller/configs",
+            {"resource_type": "topic", "resource_name": topic.name, "changes": changes},
+        )
+        return self._controller_answer(answer)
 
     async def _delete_topic(self, request: web.Request, body: dict[str, Any]) -> Any:
         topic = await self._topic(request.match_info["topic"], create=False)
@@ -287,30 +366,106 @@ class RestApi(HttpApiBase):
     async def _describe_group(self, request: web.Request, body: dict[str, Any]) -> Any:
         group_id = request.match_info["group"]
         try:
-            committed = await self._offsets.fetch(group_id)
+            offsets = await self.group_offsets(group_id)
         except OffsetsUnavailableError as error:
             raise HttpError(503, str(error)) from None
-        offsets = []
-        for (topic, index), offset in sorted(committed.items()):
-            entry: dict[str, Any] = {"topic": topic, "partition": index, "committed": offset}
-            end = await self._high_watermark(topic, index)
-            if end is not None:
-                entry["high_watermark"] = end
-                entry["lag"] = max(end - offset, 0) if offset >= 0 else None
-            offsets.append(entry)
         if not offsets and group_id not in {g["group_id"] for g in self._groups.list_groups()}:
             coordinator = self._groups.coordinator_of(group_id)
             if coordinator == self._broker_id:
                 raise HttpError(404, f"unknown group {group_id!r}", field="group")
         return {"group": group_id, "offsets": offsets}
 
+    async def group_offsets(self, group_id: str) -> list[dict[str, Any]]:
+        """The group's committed offsets with each partition's high watermark and lag (one
+        request to each leader of the group's topics, not one per partition). Raises
+        ``OffsetsUnavailableError`` when its coordinator cannot say."""
+        committed = await self._offsets.fetch(group_id)
+        ends: dict[tuple[str, int], int] = {}
+        for name in sorted({topic for topic, _ in committed}):
+            for entry in await self.topic_offsets(name) or []:
+                if "high_watermark" in entry:
+                    ends[(name, entry["partition"])] = entry["high_watermark"]
+        offsets = []
+        for (topic, index), offset in sorted(committed.items()):
+            item: dict[str, Any] = {"topic": topic, "partition": index, "committed": offset}
+            end = ends.get((topic, index))
+            if end is not None:
+                item["high_watermark"] = end
+                item["lag"] = max(end - offset, 0) if offset >= 0 else None
+            offsets.append(item)
+        return offsets
+
+    async def _reset_group_offsets(self, request: web.Request, body: dict[str, Any]) -> Any:
+        """``POST /groups/{group}/offsets {"topic", "to": "earliest" | "latest" | N}``: commit
+        the group's offset of every partition of the topic to its log start, its high
+        watermark, or N (clamped into the log); as ``fluxctl group reset-offsets``, only for a
+        group without active members (409 otherwise)."""
+        group_id = request.match_info["group"]
+        name = _text_field(body, "topic", required=True, max_bytes=249)
+        assert name is not None
+        topic = await self._topic(name, create=False)
+        target = body.get("to")
+        if target not in ("earliest", "latest") and (
+            isinstance(target, bool) or not isinstance(target, int) or target < 0
+        ):
+            raise HttpError(
+                400, "field 'to' must be 'earliest', 'latest' or an offset >= 0", field="to"
+            )
+        partitions = await self.topic_offsets(topic.name) or []
+        offsets: dict[int, int] = {}
+        for entry in partitions:
+            if "high_watermark" not in entry:
+                raise HttpError(503, f"the leader of {topic.name}-{entry['partition']} is away")
+            start, end = entry["log_start_offset"], entry["high_watermark"]
+            offset = start if target == "earliest" else end if target == "latest" else target
+            offsets[entry["partition"]] = min(max(int(offset), start), end)
+        try:
+            await self._offsets.commit(
+                group_id, [(topic.name, index, offset) for index, offset in offsets.items()]
+            )
+        except OffsetsUnavailableError as error:
+            if ErrorCode.UNKNOWN_MEMBER_ID in error.errors:
+                raise HttpError(
+                    409,
+                    f"group {group_id!r} has active members: stop its consumers first",
+                    field="group",
+                ) from None
+            raise HttpError(503, str(error)) from None
+        return {"group": group_id, "topic": topic.name, "offsets": offsets}
+
     # -- cluster ------------------------------------------------------------------------------
+
+    def cluster_summary(self) -> dict[str, Any]:
+        """Counts an operator watches: brokers (and fenced ones), partitions, those whose ISR
+        is short of their replicas, those without a leader; the active controller."""
+        image = self._image
+        partitions = under = offline = 0
+        for topic in image.topics.values():
+            for state in topic.partitions:
+                partitions += 1
+                under += len(state.isr) < len(state.replicas)
+                offline += state.leader < 0
+        return {
+            "brokers": len(image.brokers),
+            "fenced": sum(1 for broker in image.brokers.values() if broker.fenced),
+            "topics": len(image.topics),
+            "partitions": partitions,
+            "under_replicated": under,
+            "offline": offline,
+            "controller_id": self.controller_id(),
+            "requests": self._metrics.requests_total(),
+        }
 
     async def _cluster(self, request: web.Request, body: dict[str, Any]) -> Any:
         image = self._image
         return {
             "broker_id": self._broker_id,
             "metadata_version": image.version,
+            "controller_id": self.controller_id(),
+            "quorum_voters": [
+                {"id": node_id, "raft": raft, "http": http}
+                for node_id, raft, http in self.quorum_voters()
+            ],
             "brokers": [
                 {
                     "id": b.broker_id,

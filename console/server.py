@@ -1,0 +1,131 @@
+"""The console's routes on the broker's HTTP server.
+
+``GET /ui`` redirects to ``/ui/``, the page; ``/ui/static/...`` are its assets; ``GET
+/ui/events?topic=T&group=G`` (each repeatable, at most ``MAX_NAMES_PER_STREAM`` of each) is
+a Server-Sent Events stream: every ``interval_s`` one ``data:`` line holding a JSON object
+
+    {"time_ms": ..., "cluster": {brokers, fenced, partitions, under_replicated, offline,
+     controller_id}, "topics": {T: {"end": sum of high watermarks, "partitions": n}},
+     "groups": {G: {"committed": sum of committed offsets, "lag": sum of lags}}}
+
+from which the page draws its rates (the difference of two sums over the time between them)
+and lag. A topic or group that does not exist (or cannot be read now) is left out of that
+event. The figures come from the same code as ``GET /topics/{t}?offsets=all`` and ``GET
+/groups/{g}`` (one request to each partition leader, none per partition), so the stream adds
+no data path of its own. At most ``MAX_STREAMS`` streams at once per broker (503 beyond);
+``close`` ends them all (the HTTP server waits for open responses when it stops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from flux.cluster.groups.offsets_client import OffsetsUnavailableError
+from flux.cluster.http.api import HttpApi
+
+__all__ = ["MAX_NAMES_PER_STREAM", "MAX_STREAMS", "STATIC_DIR", "Console"]
+
+log = logging.getLogger("flux.console")
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+MAX_STREAMS = 64
+MAX_NAMES_PER_STREAM = 20
+
+
+class Console:
+    """The console of one broker, reading through its ``HttpApi``."""
+
+    def __init__(self, api: HttpApi, *, interval_s: float = 1.0) -> None:
+        self._api = api
+        self._interval_s = interval_s
+        self._streams: set[web.StreamResponse] = set()
+        self._closing = asyncio.Event()
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/ui", self._redirect),
+            web.get("/ui/", self._index),
+            web.get("/ui/events", self._events),
+            web.static("/ui/static", STATIC_DIR),
+        ]
+
+    async def close(self) -> None:
+        """End every event stream (before the HTTP server stops)."""
+        self._closing.set()
+        for _ in range(100):
+            if not self._streams:
+                return
+            await asyncio.sleep(0.01)
+
+    async def _redirect(self, request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound("/ui/")
+
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        topics = request.query.getall("topic", [])
+        groups = request.query.getall("group", [])
+        if len(topics) > MAX_NAMES_PER_STREAM or len(groups) > MAX_NAMES_PER_STREAM:
+            return web.json_response(
+                {"error": f"at most {MAX_NAMES_PER_STREAM} topics and groups per stream"},
+                status=400,
+            )
+        if len(self._streams) >= MAX_STREAMS or self._closing.is_set():
+            return web.json_response(
+                {"error": f"this broker serves {MAX_STREAMS} event streams already"}, status=503
+            )
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        self._streams.add(response)
+        try:
+            while not self._closing.is_set():
+                event = await self.snapshot(topics, groups)
+                await response.write(f"data: {json.dumps(event)}\n\n".encode())
+                try:
+                    await asyncio.wait_for(self._closing.wait(), self._interval_s)
+                except TimeoutError:
+                    pass
+        except (ConnectionError, asyncio.CancelledError):
+            pass  # the page went away, or the server stops
+        finally:
+            self._streams.discard(response)
+        return response
+
+    async def snapshot(self, topics: list[str], groups: list[str]) -> dict[str, Any]:
+        """One event of the stream (see the module docstring)."""
+        event: dict[str, Any] = {
+            "time_ms": int(time.time() * 1000),
+            "cluster": self._api.cluster_summary(),
+            "topics": {},
+            "groups": {},
+        }
+        for name in dict.fromkeys(topics):
+            partitions = await self._api.topic_offsets(name)
+            if partitions is None:
+                continue
+            ends = [entry.get("high_watermark") for entry in partitions]
+            event["topics"][name] = {
+                "partitions": len(partitions),
+                "end": sum(end for end in ends if end is not None),
+                "complete": None not in ends,
+            }
+        for group_id in dict.fromkeys(groups):
+            try:
+                offsets = await self._api.group_offsets(group_id)
+            except OffsetsUnavailableError:
+                continue
+            event["groups"][group_id] = {
+                "committed": sum(max(entry["committed"], 0) for entry in offsets),
+                "lag": sum(entry.get("lag") or 0 for entry in offsets),
+                "partitions": len(offsets),
+            }
+        return event
