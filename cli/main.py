@@ -861,6 +861,7 @@ def _register_client_commands() -> None:
     from flux.cli.acl import acl
     from flux.cli.chaos import chaos
     from flux.cli.client_commands import consume, produce
+    from flux.cli.console import console
     from flux.cli.controller import controller
     from flux.cli.group import group
     from flux.cli.nodes import add_node_command, remove_node_command
@@ -879,6 +880,7 @@ def _register_client_commands() -> None:
     main.add_command(pipeline)
     main.add_command(partition)
     main.add_command(controller)
+    main.add_command(console)
     cluster.add_command(rebalance)
     cluster.add_command(throttle)
     cluster.add_command(add_node_command)

@@ -13,6 +13,7 @@ Thread-safety: one owner, the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from typing import Any
 
@@ -118,6 +119,21 @@ class OffsetsClient:
             raise OffsetsUnavailableError(f"group {group_id}: coordinator answered {status}")
         return {(topic, index): offset for topic, index, offset in body["offsets"]}
 
+    async def describe(self, group_id: str) -> dict[str, Any]:
+        """The group as its coordinator describes it (``describe_json``)."""
+        coordinator = self._coordinator(group_id)
+        if coordinator == self._peers.broker_id:
+            return describe_json(self._groups.describe_group(group_id))
+        try:
+            status, body = await self._peers.request(
+                coordinator, "GET", f"/internal/groups/{group_id}/describe"
+            )
+        except PeerUnavailableError as error:
+            raise OffsetsUnavailableError(str(error)) from None
+        if status != 200 or not isinstance(body, dict):
+            raise OffsetsUnavailableError(f"group {group_id}: coordinator answered {status}")
+        return body
+
     async def delete(self, group_id: str) -> None:
         coordinator = self._coordinator(group_id)
         if coordinator == self._peers.broker_id:
@@ -163,3 +179,25 @@ class OffsetsClient:
         if status != 200 or not isinstance(body, dict):
             raise OffsetsUnavailableError(f"broker {broker_id} answered {status}")
         return body
+
+
+def describe_json(described: dict[str, Any]) -> dict[str, Any]:
+    """A DescribeGroups entry as JSON: state, protocol and members, each member's assignment
+    as the base64 of its bytes (for a consumer group, Kafka's ConsumerProtocolAssignment)."""
+    return {
+        "state": described.get("group_state") or "Dead",
+        "protocol_type": described.get("protocol_type", ""),
+        "protocol": described.get("protocol_data", ""),
+        "members": [
+            {
+                "member_id": member["member_id"],
+                "group_instance_id": member.get("group_instance_id"),
+                "client_id": member.get("client_id", ""),
+                "client_host": member.get("client_host", ""),
+                "assignment_base64": base64.b64encode(
+                    bytes(member.get("member_assignment") or b"")
+                ).decode(),
+            }
+            for member in described.get("members", [])
+        ],
+    }

@@ -128,6 +128,10 @@ class HttpApi(FluxApi, RestApi):
             web.delete(
                 "/internal/groups/{group}", json_route(self._internal_delete_group, "internal")
             ),
+            web.get(
+                "/internal/groups/{group}/describe",
+                json_route(self._internal_describe_group, "internal"),
+            ),
             web.get("/internal/groups", json_route(self._internal_list_groups, "internal")),
             web.post(MARKERS_PATH, json_route(self._internal_txn_markers, "internal")),
         ]

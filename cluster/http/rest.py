@@ -17,7 +17,7 @@ from flux.protocol.records import Header, decode_records, iter_batches
 from flux.storage import OffsetOutOfRangeError, PartitionLog
 from flux.storage.compaction.planner import dirty_ratio
 
-from ..groups.offsets_client import OffsetsUnavailableError
+from ..groups.offsets_client import OffsetsUnavailableError, describe_json
 from ..replication.partition import Partition
 from ..replication.peers import FORWARDED_HEADER, PeerUnavailableError
 from ..topics import InvalidTopicError, validate_topic_name
@@ -275,11 +275,15 @@ class RestApi(HttpApiBase):
         if index >= len(topic.partitions):
             raise HttpError(404, f"{topic.name} has no partition {index}", field="partition")
         offset = _query_int(request, "offset", None, 0)
+        # ?timestamp=MS (when no offset is given): from the first message stamped at or after it.
+        timestamp = _query_int(request, "timestamp", None, 0)
         limit = _query_int(request, "limit", DEFAULT_READ_LIMIT, 0)
         assert limit is not None
         limit = min(limit, MAX_READ_LIMIT)
         found = self._replicas.partition_for_leader(topic.name, index)
         if isinstance(found, Partition):
+            if offset is None and timestamp is not None:
+                offset = _offset_at_time(found, timestamp)
             return self.read_local(found, offset, limit)
         leader = self._leader_of(topic.name, index)
         if FORWARDED_HEADER in request.headers or leader is None or leader == self._broker_id:
@@ -373,7 +377,11 @@ class RestApi(HttpApiBase):
             coordinator = self._groups.coordinator_of(group_id)
             if coordinator == self._broker_id:
                 raise HttpError(404, f"unknown group {group_id!r}", field="group")
-        return {"group": group_id, "offsets": offsets}
+        try:
+            described = await self._offsets.describe(group_id)
+        except OffsetsUnavailableError:
+            described = {}
+        return {"group": group_id, **described, "offsets": offsets}
 
     async def group_offsets(self, group_id: str) -> list[dict[str, Any]]:
         """The group's committed offsets with each partition's high watermark and lag (one
@@ -529,6 +537,9 @@ class RestApi(HttpApiBase):
             ]
         }
 
+    async def _internal_describe_group(self, request: web.Request, body: dict[str, Any]) -> Any:
+        return describe_json(self._groups.describe_group(request.match_info["group"]))
+
     async def _internal_delete_group(self, request: web.Request, body: dict[str, Any]) -> Any:
         error = await self._groups.delete_group(request.match_info["group"])
         return {"error_code": int(error)}
@@ -559,3 +570,15 @@ def _cleaner_state(partition: Partition) -> dict[str, Any]:
         "cleaned_through": log.cleaned_through,
         "last_clean_ms": log.last_clean_ms,
     }
+
+
+def _offset_at_time(partition: Partition, timestamp: int) -> int:
+    """The offset of the first committed message stamped at or after ``timestamp`` (ms), as
+    Kafka's ListOffsets finds it; the high watermark if there is none."""
+    found = partition.log.offset_for_timestamp(timestamp)
+    if found is not None:
+        _, batch = found
+        for record in decode_records(bytes(batch), verify_crc=False):
+            if record.timestamp >= timestamp and record.offset < partition.high_watermark:
+                return max(record.offset, partition.log.log_start_offset)
+    return partition.high_watermark

@@ -234,7 +234,7 @@ async function topicsPage() {
       { title: "replication", num: true, cell: (t) => t.replication },
       { title: "under-replicated", num: true, cell: (t) => h("span", { className: t.under ? "bad" : "" }, t.under) },
       { title: "config overrides", cell: (t) => Object.entries(t.config).map(([k, v]) => h("span", { className: "badge" }, `${k}=${v}`)) },
-      { title: "", cell: (t) => deleteButton(t.name) },
+      { title: "", cell: (t) => t.name.startsWith("__") ? h("span", { className: "muted" }, "internal") : deleteButton(t.name) },
     ], rows, { id: "topics" }));
 }
 
@@ -341,13 +341,20 @@ async function messagesPage(name, query) {
   const end = state.high_watermark || 0;
   let offset = query.has("offset") ? Number(query.get("offset")) : (order === "newest" ? Math.max(start, end - limit) : start);
   offset = Math.min(Math.max(offset, start), end);
+  const time = query.get("time");  // a datetime-local value: from the first message stamped then
   let read = { messages: [] };
-  if (end > start) read = await api(`/topics/${enc(name)}/partitions/${partition}/messages?offset=${offset}&limit=${limit}`);
+  const path = `/topics/${enc(name)}/partitions/${partition}/messages`;
+  if (end > start && time && !query.has("offset")) {
+    read = await api(`${path}?timestamp=${Date.parse(time)}&limit=${limit}`);
+  } else if (end > start) {
+    read = await api(`${path}?offset=${offset}&limit=${limit}`);
+  }
   const messages = order === "newest" ? read.messages.slice().reverse() : read.messages;
   const controls = h("form", { className: "inline", id: "browse" },
     h("label", {}, "partition", h("select", { name: "partition" },
       topic.partitions.map((p) => h("option", { value: p.partition, selected: p.partition === partition }, p.partition)))),
     h("label", {}, "from offset", h("input", { name: "offset", type: "number", min: 0, value: query.get("offset") || "" , placeholder: "auto" })),
+    h("label", {}, "or from time", h("input", { name: "time", type: "datetime-local", step: 1, value: time || "" })),
     h("label", {}, "order", h("select", { name: "order" },
       h("option", { value: "newest", selected: order === "newest" }, "newest first"),
       h("option", { value: "oldest", selected: order === "oldest" }, "oldest first"))),
@@ -391,6 +398,30 @@ async function messagesPage(name, query) {
     h("h2", {}, "Produce a test message"), produce);
 }
 
+// A consumer group member's assignment: Kafka's ConsumerProtocolAssignment (int16 version,
+// then topics: int16-length name, int32 count of int32 partitions), "topic: p, p" each.
+function decodeAssignment(base64) {
+  if (!base64) return [];
+  const raw = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+  const view = new DataView(raw.buffer);
+  try {
+    let at = 2;
+    const topics = [];
+    const count = view.getInt32(at); at += 4;
+    for (let t = 0; t < count; t++) {
+      const length = view.getInt16(at); at += 2;
+      const name = new TextDecoder().decode(raw.subarray(at, at + length)); at += length;
+      const partitions = [];
+      const n = view.getInt32(at); at += 4;
+      for (let p = 0; p < n; p++) { partitions.push(view.getInt32(at)); at += 4; }
+      topics.push(`${name}: ${partitions.sort((a, b) => a - b).join(", ")}`);
+    }
+    return topics;
+  } catch (error) {
+    return [`(${raw.length} bytes, not a consumer assignment)`];
+  }
+}
+
 async function groupsPage() {
   const listing = await api("/groups");
   main.replaceChildren(
@@ -403,8 +434,8 @@ async function groupsPage() {
 }
 
 async function groupPage(name) {
-  const [group, listing] = await Promise.all([api(`/groups/${enc(name)}`), api("/groups")]);
-  const overview = listing.groups.find((g) => g.group_id === name) || {};
+  const group = await api(`/groups/${enc(name)}`);
+  const members = group.members || [];
   const lag = group.offsets.reduce((sum, o) => sum + (o.lag || 0), 0);
   const topics = [...new Set(group.offsets.map((o) => o.topic))];
   const reset = h("form", { className: "inline", id: "reset-offsets" },
@@ -427,10 +458,22 @@ async function groupPage(name) {
   main.replaceChildren(
     h("h1", {}, "Consumer group ", h("span", { id: "group-name" }, name)),
     h("div", { className: "cards" },
-      card("state", overview.group_state || "–", "group-state"),
+      card("state", group.state || "–", "group-state"),
+      card("members", members.length, "group-members"),
       card("total lag (messages)", fmt(lag), "group-lag", lag > 0 ? "warn" : "ok"),
       card("consume rate (msg/s)", "…", "group-rate"),
       card("partitions", group.offsets.length)),
+    h("h2", {}, "Members"),
+    members.length === 0 ? h("p", { className: "muted", id: "members" }, "No active members.")
+      : table([
+        { title: "member", cell: (m) => m.member_id },
+        { title: "client", cell: (m) => m.client_id },
+        { title: "host", cell: (m) => m.client_host },
+        { title: "static id", cell: (m) => m.group_instance_id || "–" },
+        { title: "assignment", cell: (m) => group.protocol_type === "consumer"
+            ? decodeAssignment(m.assignment_base64).map((line) => h("div", {}, line))
+            : h("span", { className: "muted" }, group.protocol_type || "–") },
+      ], members, { id: "members" }),
     h("h2", {}, "Lag over time"),
     h("div", { className: "chart" }, canvas),
     h("h2", {}, "Committed offsets"),

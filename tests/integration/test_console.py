@@ -71,6 +71,26 @@ def _commit(bootstrap: str, offsets: dict[int, int]) -> None:
         consumer.close()
 
 
+def _join(bootstrap: str) -> Any:
+    """A consumer of the group, subscribed and assigned every partition of the topic."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": GROUP,
+            "client.id": "console-test-client",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([TOPIC])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment():
+        assert time.monotonic() < deadline, "the consumer was never assigned"
+        consumer.poll(0.1)
+    return consumer
+
+
 def _end_offsets(node: NodeProcess, topic: str) -> int:
     status, answer = _http(node, "GET", f"/topics/{topic}?offsets=all")
     assert status == 200, answer
@@ -117,7 +137,10 @@ class Console:
             "return document.body && document.body.dataset.rendered"
         )
         if self.driver.current_url.startswith(self.base):
-            self.driver.execute_script("location.hash = arguments[0]", fragment)
+            self.driver.execute_script(  # the same address again draws the page again
+                "if (location.hash === arguments[0]) render(); else location.hash = arguments[0]",
+                fragment,
+            )
         else:
             self.driver.get(self.base + fragment)
         wait_until(
@@ -158,6 +181,7 @@ class Console:
 
     def shoot(self, name: str) -> None:
         self.shots.mkdir(parents=True, exist_ok=True)
+        self.driver.execute_script("window.scrollTo(0, 0)")
         self.driver.save_screenshot(str(self.shots / f"{name}.png"))
 
 
@@ -238,7 +262,18 @@ def test_the_console_shows_the_cluster_live_and_acts_on_it(
     assert page.count("#offsets tbody tr") == 3
     _produce(bootstrap, 6, 100)
     wait_until(lambda: _number(page.text("#group-lag")) == 52 - 12, timeout_s=20)
-    page.shoot("group")
+    # A member: its client and assignment; once it leaves, the offsets can be reset.
+    member = _join(bootstrap)
+    try:
+        page.open(f"#/groups/{GROUP}")
+        wait_until(lambda: "orders: 0, 1, 2" in page.text("#members"), timeout_s=20)
+        assert page.text("#group-state") == "Stable" and page.text("#group-members") == "1"
+        assert "console-test-client" in page.text("#members")
+        page.shoot("group")
+    finally:
+        member.close()
+    wait_until(lambda: _http(node, "GET", f"/groups/{GROUP}")[1]["state"] == "Empty")
+    page.open(f"#/groups/{GROUP}")
     page.fill("#reset-offsets", topic=TOPIC, to="latest")
     wait_until(
         lambda: sum(o["lag"] for o in _http(node, "GET", f"/groups/{GROUP}")[1]["offsets"]) == 0,
@@ -257,25 +292,12 @@ def test_a_reset_of_a_group_with_members_is_refused_and_bad_configs_are_named(
     cluster_factory: Any,
 ) -> None:
     """The HTTP endpoints behind the console's actions: clear errors, nothing changed."""
-    from confluent_kafka import Consumer
-
     [node] = cluster_factory(1)
     status, _ = _http(node, "POST", "/topics", {"name": TOPIC, "partitions": 3})
     assert status == 201
     _produce(node.bootstrap_servers, 9, 0)  # 3 records in each partition
-    consumer = Consumer(
-        {
-            "bootstrap.servers": node.bootstrap_servers,
-            "group.id": GROUP,
-            "auto.offset.reset": "earliest",
-        }
-    )
+    consumer = _join(node.bootstrap_servers)
     try:
-        consumer.subscribe([TOPIC])
-        deadline = time.monotonic() + 30
-        while consumer.assignment() == [] and time.monotonic() < deadline:
-            consumer.poll(0.2)
-        assert consumer.assignment(), "the consumer never joined"
         status, answer = _http(node, "POST", f"/groups/{GROUP}/offsets", {"topic": TOPIC, "to": 0})
         assert status == 409 and "active members" in answer["error"], answer
     finally:
@@ -296,3 +318,24 @@ def test_a_reset_of_a_group_with_members_is_refused_and_bad_configs_are_named(
     assert status == 400 and answer["field"] == "configs", answer
     _, described = _http(node, "GET", f"/topics/{TOPIC}")
     assert "retention.msec" not in described["config"]
+
+
+def test_messages_are_browsed_from_a_time(cluster_factory: Any) -> None:
+    from confluent_kafka import Producer
+
+    [node] = cluster_factory(1)
+    producer = Producer({"bootstrap.servers": node.bootstrap_servers})
+    base = 1_700_000_000_000
+    for second in range(5):
+        producer.produce("timed", value=f"at-{second}", partition=0, timestamp=base + second * 1000)
+    assert producer.flush(30) == 0
+    path = "/topics/timed/partitions/0/messages"
+    status, answer = _http(node, "GET", f"{path}?timestamp={base + 2500}&limit=10")
+    assert status == 200, answer
+    assert [m["value"] for m in answer["messages"]] == ["at-3", "at-4"]
+    _, answer = _http(node, "GET", f"{path}?timestamp={base}&limit=2")
+    assert [m["offset"] for m in answer["messages"]] == [0, 1]
+    _, answer = _http(node, "GET", f"{path}?timestamp={base + 60_000}")
+    assert answer["messages"] == [] and answer["next_offset"] == 5, answer
+    status, answer = _http(node, "GET", f"{path}?timestamp=soon")
+    assert status == 400 and answer["field"] == "timestamp", answer

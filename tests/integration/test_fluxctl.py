@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -56,6 +57,12 @@ def test_cluster_lifecycle(tmp_path: Path) -> None:
 
         again = _fluxctl("cluster", "up", "--data-dir", data_dir, "--base-port", "0")
         assert "already running" in again.stderr
+
+        # The web console of the cluster, at a running broker's HTTP listener.
+        console = json.loads(_fluxctl("console", "--data-dir", data_dir, "--json").stdout)
+        assert console["url"] == f"http://{up['nodes'][0]['broker_http']}/ui/"
+        with urllib.request.urlopen(console["url"], timeout=10) as page:
+            assert page.status == 200 and b"<title>Flux console</title>" in page.read()
 
         with KafkaConnection.from_bootstrap(bootstrap) as conn:
             created = conn.request(
