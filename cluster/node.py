@@ -92,6 +92,16 @@ class Node:
         self._controller_client: ControllerClient | None = None
         self._ready: dict[str, Any] = {}
 
+    def _controller_status(self) -> dict[str, Any] | None:
+        """This node's controller's view of the quorum (for /metrics), None without one."""
+        controller = self.controller
+        if controller is None:
+            return None
+        try:
+            return controller.quorum.status()
+        except Exception:  # not started yet, or stopping
+            return None
+
     def _write_state(self, state: str) -> None:
         """Record what the node is doing (for fluxctl cluster status)."""
         write_json_atomically(self.config.data_dir / STATE_FILE, {**self._ready, "state": state})
@@ -201,6 +211,8 @@ class Node:
             partitions=replicas.partitions,
             image=lambda: replicas.image,
             offline_log_dirs=lambda: int(replicas.log_dir_offline),
+            traffic=lambda: replicas,
+            controller=self._controller_status,
         )
         heap = self.heap = HeapPolicy(self.metrics.gc_pauses.observe)
         replicas.add_image_listener(

@@ -15,11 +15,12 @@ concurrent scrapes safe).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from flux.controller.image import MetadataImage
 from flux.storage import MemoryLog
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..replication.partition import Partition
@@ -41,6 +42,8 @@ class BrokerMetrics:
         partitions: Callable[[], Iterable[Partition]],
         image: Callable[[], MetadataImage],
         offline_log_dirs: Callable[[], int] = lambda: 0,
+        traffic: Callable[[], BrokerTraffic] | None = None,
+        controller: Callable[[], dict[str, Any] | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.http_requests = Counter(
@@ -134,6 +137,7 @@ class BrokerMetrics:
         )
         self._collector = PartitionCollector(broker_id, partitions, image, offline_log_dirs)
         self.registry.register(self._collector)
+        self.registry.register(TrafficCollector(traffic, controller))
 
     def requests_total(self) -> int:
         """Kafka and HTTP requests this broker has answered since it started."""
@@ -181,6 +185,11 @@ class PartitionCollector(Collector):
         memory = GaugeMetricFamily(
             "flux_memory_topic_bytes", "bytes held by a memory-topic replica", labels=labels
         )
+        size = GaugeMetricFamily(
+            "flux_partition_log_size_bytes",
+            "bytes of the partition's log on its leader (this broker)",
+            labels=labels,
+        )
         lag = GaugeMetricFamily(
             "flux_consumer_lag",
             "high watermark minus the group's committed offset (reported by the leader)",
@@ -207,11 +216,12 @@ class PartitionCollector(Collector):
             under_count += is_under
             under.add_metric(key, 1 if is_under else 0)
             led[(partition.topic, partition.index)] = partition.high_watermark
+            size.add_metric(key, partition.log.size_bytes)
         for (group, topic, index), offset in sorted(self.committed.items()):
             high_watermark = led.get((topic, index))
             if high_watermark is not None and offset >= 0:
                 lag.add_metric([group, topic, str(index)], max(high_watermark - offset, 0))
-        yield from (end, start, high, isr, replicas, under, memory, lag)
+        yield from (end, start, high, isr, replicas, under, memory, size, lag)
         totals = GaugeMetricFamily(
             "flux_broker_leader_partitions", "partitions this broker leads", value=leaders
         )
@@ -243,3 +253,67 @@ class PartitionCollector(Collector):
             "partitions without a leader (cluster-wide, from this broker's metadata)",
             value=offline,
         )
+
+
+class BrokerTraffic(Protocol):
+    """What ``TrafficCollector`` reads (a ``ReplicaManager``)."""
+
+    traffic: dict[str, list[int]]
+    isr_shrinks: int
+    isr_expands: int
+
+
+class TrafficCollector(Collector):
+    """Counters of this broker's work per topic (bytes and records appended as leader, bytes
+    sent to consumers), its leaders' ISR shrinks and expansions, and, on a controller, its
+    role in the quorum (Kafka's ActiveControllerCount, the Raft term and the metadata
+    version it applied)."""
+
+    def __init__(
+        self,
+        traffic: Callable[[], BrokerTraffic] | None,
+        controller: Callable[[], dict[str, Any] | None],
+    ) -> None:
+        self._traffic = traffic
+        self._controller = controller
+
+    def collect(self) -> Iterator[Metric]:
+        if self._traffic is not None:
+            broker = self._traffic()
+            families = [
+                CounterMetricFamily(name, text, labels=["topic"])
+                for name, text in (
+                    ("flux_topic_bytes_in", "bytes produced to the topic's partitions led here"),
+                    ("flux_topic_messages_in", "records produced to partitions led here"),
+                    ("flux_topic_bytes_out", "bytes of the topic sent to consumers from here"),
+                )
+            ]
+            for topic, counts in sorted(broker.traffic.items()):
+                for family, count in zip(families, counts, strict=True):
+                    family.add_metric([topic], count)
+            yield from families
+            yield CounterMetricFamily(
+                "flux_isr_shrinks", "ISR shrinks committed for partitions led here",
+                value=broker.isr_shrinks,
+            )  # fmt: skip
+            yield CounterMetricFamily(
+                "flux_isr_expands", "ISR expansions committed for partitions led here",
+                value=broker.isr_expands,
+            )  # fmt: skip
+        status = self._controller()
+        if status is not None:
+            yield GaugeMetricFamily(
+                "flux_controller_active",
+                "1 on the active controller (the Raft leader of the metadata quorum), else 0",
+                value=1 if status.get("is_leader") else 0,
+            )
+            if status.get("raft_term") is not None:
+                yield GaugeMetricFamily(
+                    "flux_controller_raft_term", "the metadata quorum's Raft term here",
+                    value=status["raft_term"],
+                )  # fmt: skip
+            yield GaugeMetricFamily(
+                "flux_controller_metadata_version",
+                "the metadata version this controller applied",
+                value=status.get("version", 0),
+            )

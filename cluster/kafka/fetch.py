@@ -66,6 +66,10 @@ class FetchApis(KafkaApisBase):
                 )
             ]
             await self._replicas.wait_for_data(partitions, remaining_s)
+        for response in responses:
+            sent = sum(len(part["records"]) for part in response["partitions"])
+            if sent:
+                self._replicas.count_read(response["topic"], sent)
         return {
             "throttle_time_ms": 0,
             "error_code": ErrorCode.NONE,

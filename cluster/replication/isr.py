@@ -179,6 +179,10 @@ class IsrManager:
             code = result.get("error_code", 0)
             if code == 0:
                 log.info("%s: ISR %s -> %s committed", name, list(state.isr), list(isr))
+                if set(isr) - set(state.isr):
+                    self._replicas.isr_expands += 1
+                if set(state.isr) - set(isr):
+                    self._replicas.isr_shrinks += 1
                 continue
             partition.proposal_failed(state)
             if code not in (ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.FENCED_LEADER_EPOCH):

@@ -138,6 +138,12 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._image_listeners: list[Callable[[MetadataImage], None]] = []
+        #: Per topic, since this broker started: [bytes appended as leader, records appended,
+        #: bytes sent to consumers] (``flux_topic_*_total`` in /metrics).
+        self.traffic: dict[str, list[int]] = {}
+        #: ISR changes this broker's leaders had committed (``IsrManager``).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         self._sessions: set[FetchSession] = set()
         # Partitions that changed since the housekeeping (flush and checkpoints) and the ISR
         # manager last looked: periodic work visits these, never every hosted partition.
@@ -704,10 +710,23 @@ class ReplicaManager:
     def append(self, partition: Partition, records: bytes | memoryview) -> AppendResult:
         """Append as leader; an I/O error (raised on) takes the log directory offline."""
         try:
-            return partition.append_as_leader(records)
+            result = partition.append_as_leader(records)
         except OSError as error:  # LogDirectoryError, or a file the log does not own
             self.fail_log_directory(error, what=f"appending to {partition.key}")
             raise
+        counts = self.traffic.get(partition.topic)
+        if counts is None:
+            counts = self.traffic[partition.topic] = [0, 0, 0]
+        counts[0] += len(records)
+        counts[1] += result.record_count
+        return result
+
+    def count_read(self, topic: str, size: int) -> None:
+        """``size`` bytes of ``topic`` were sent to a consumer (``traffic``)."""
+        counts = self.traffic.get(topic)
+        if counts is None:
+            counts = self.traffic[topic] = [0, 0, 0]
+        counts[2] += size
 
     # -- disk faults --------------------------------------------------------------------------
 

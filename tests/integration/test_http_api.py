@@ -3,6 +3,7 @@ forwarding, message-id deduplication, bad input, cluster/topic/group state, and 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -235,3 +236,49 @@ def test_metrics_parse_and_lag_matches(nodes: list[NodeProcess]) -> None:
     status, group = call(nodes[1], "GET", "/groups/lag-check")
     assert status == 200, group
     assert {(o["partition"], o["lag"]) for o in group["offsets"]} == {(0, 20), (1, 0)}
+
+    # What operators alert on (docs/monitoring.md): per-topic traffic, log sizes, ISR changes,
+    # request latency per API, the controller's leadership and term.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bytes-out"})
+    try:
+        consumer.assign([TopicPartition("lagged", p, 0) for p in (0, 1)])
+        read = 0
+        deadline = time.monotonic() + 30
+        while read < 42 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            read += message is not None and message.error() is None
+        assert read == 42
+    finally:
+        consumer.close()
+    texts = [metrics_text(node) for node in nodes]
+    families = {family.name for family in text_string_to_metric_families(texts[0])}
+    for name in (
+        "flux_partition_log_size_bytes",
+        "flux_topic_bytes_in",
+        "flux_topic_messages_in",
+        "flux_topic_bytes_out",
+        "flux_isr_shrinks",
+        "flux_isr_expands",
+        "flux_kafka_request_seconds",
+        "flux_controller_active",
+        "flux_controller_raft_term",
+        "flux_controller_metadata_version",
+    ):
+        assert name in families, name
+
+    def total(name: str, topic: str | None = None) -> float:
+        return sum(
+            value
+            for text in texts
+            for labels, value in _samples(text, name).items()
+            if topic is None or dict(labels).get("topic") == topic
+        )
+
+    assert total("flux_topic_messages_in_total", "lagged") == 42
+    assert total("flux_topic_bytes_in_total", "lagged") > 42 * 2
+    assert total("flux_topic_bytes_out_total", "lagged") >= total(
+        "flux_topic_bytes_in_total", "lagged"
+    )
+    assert total("flux_partition_log_size_bytes", "lagged") > 0
+    assert total("flux_controller_active") == 1  # one active controller among the three
+    assert total("flux_controller_raft_term") >= 3  # each controller's term, at least 1

@@ -84,3 +84,33 @@ def test_an_undelivered_proposal_is_dropped(tmp_path: Path) -> None:
 
     asyncio.run(propose())
     assert partition.pending_isr == frozenset() and partition.high_watermark == 4
+
+
+def test_committed_isr_changes_are_counted_as_shrinks_and_expansions(tmp_path: Path) -> None:
+    partition = _leader(tmp_path)
+    answers = iter([0, 0, 58])  # committed, committed, INVALID_UPDATE_VERSION
+
+    class _Controller:
+        async def write(self, *args, **kwargs):
+            return {"error_code": 0, "partitions": [{"error_code": next(answers)}]}
+
+    class _Counts:
+        isr_shrinks = 0
+        isr_expands = 0
+
+    counts = _Counts()
+    manager = IsrManager(
+        counts,  # type: ignore[arg-type]  (only _propose runs: it counts on the replicas)
+        _Controller(),  # type: ignore[arg-type]
+        broker_id=1,
+        incarnation_id="inc-1",
+        lag_time_max_ms=10_000,
+    )
+
+    async def propose() -> None:
+        await manager._propose([(partition, (1, 2, 3))])  # 3 joins
+        await manager._propose([(partition, (1,))])  # 2 leaves (the state is still (1, 2))
+        await manager._propose([(partition, (1, 3))])  # refused: not counted
+
+    asyncio.run(propose())
+    assert (counts.isr_expands, counts.isr_shrinks) == (1, 1)
