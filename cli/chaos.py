@@ -62,6 +62,8 @@ from flux.cluster.launcher import (
     write_cluster_tls,
 )
 
+from .progress import progress
+
 __all__ = ["CHAOS_NODE_SETTINGS", "ProcessCluster", "chaos", "start_process_cluster"]
 
 #: Node settings of chaos clusters: failures detected in about two seconds (as the
@@ -590,7 +592,10 @@ def _run_schedules(run: _Run, first_seed: int, count: int, root: Path) -> int:
     )
     rows = []
     interrupted = _StopAfterThisSchedule()
+    bar = contextlib.ExitStack()
+    advance = bar.enter_context(progress(f"{run.scenario.name} schedules", count))
     for seed in range(first_seed, first_seed + count):
+        advance(0, description=f"{run.scenario.name} seed {seed}")
         if interrupted.requested:
             click.echo(f"chaos: interrupted; {len(rows)} of {count} schedules ran")
             break
@@ -611,10 +616,12 @@ def _run_schedules(run: _Run, first_seed: int, count: int, root: Path) -> int:
         schedules_module.append(table, row)
         rows.append(row)
         click.echo(schedules_module.format_row(row))
+        advance()
         if row.verdict == "valid":
             shutil.rmtree(out / "cluster", ignore_errors=True)
         else:
             click.echo(f"  files: {out}\n  reproduce: {row.reproduce}")
+    bar.close()
     interrupted.restore()
     click.echo(schedules_module.format_totals(schedules_module.totals(rows)))
     verdicts = {row.verdict for row in rows}

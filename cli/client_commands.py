@@ -25,6 +25,7 @@ each batch, so the next ``consume --group`` goes on where this one stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -35,10 +36,13 @@ from flux.sdk import ConsumedRecord, Consumer, Message, Producer
 from flux.sdk.security import ClientSecurity
 
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
+from .progress import progress
 
 __all__ = ["consume", "produce"]
 
 _POLL_WAIT_MS = 500
+#: Records handed to the producer at once by ``produce`` (its progress moves per slice).
+_PRODUCE_SLICE = 1000
 #: ``consume --group --from-beginning`` stops after this long without records by default.
 _GROUP_IDLE_TIMEOUT_S = 1.0
 
@@ -62,6 +66,14 @@ _GROUP_IDLE_TIMEOUT_S = 1.0
     help="split each value at the first SEP into key and value",
 )
 @click.option("--idempotent", is_flag=True, help="number batches so retries never duplicate")
+@click.option(
+    "--file",
+    "-f",
+    "source",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="one record per line of this file (- for stdin) instead of VALUES",
+)
 @client_options
 @json_option
 def produce(
@@ -73,12 +85,13 @@ def produce(
     acks: str | None,
     key_separator: str | None,
     idempotent: bool,
+    source: Any,
     bootstrap: str | None,
     timeout_s: float,
     security: ClientSecurity,
     as_json: bool,
 ) -> None:
-    """Send VALUES (or each line of stdin) as records to TOPIC."""
+    """Send VALUES (or each line of --file, or of stdin) as records to TOPIC."""
     if key_separator == "":
         raise click.UsageError("--key-separator must not be empty")
     if key_separator is not None and key is not None:
@@ -91,7 +104,9 @@ def produce(
         if not sep or not name:
             raise click.UsageError(f"--header expects NAME=VALUE, got {header!r}")
         header_pairs.append((name, value.encode("utf-8")))
-    lines = list(values) or [line.rstrip("\n") for line in sys.stdin]
+    if source is not None and values:
+        raise click.UsageError("VALUES and --file exclude each other")
+    lines = list(values) or [line.rstrip("\n") for line in (source or sys.stdin)]
     records = [_split_key(line, key, key_separator) for line in lines]
     if acks is None:
         acks = "all" if idempotent else "1"
@@ -111,12 +126,16 @@ def produce(
             delivery_timeout_ms=timeout_s * 1000,
             security=security,
         ) as producer,
+        progress(f"producing to {topic_name}", len(messages), as_json=as_json) as advance,
     ):
-        for sent in producer.send(topic_name, messages):
-            if as_json:
-                click.echo(json.dumps({"partition": sent.partition, "offset": sent.offset}))
-            else:
-                click.echo(f"{sent.topic}-{sent.partition}@{sent.offset}")
+        # Sent in slices, so the progress moves (each slice is still batched per partition).
+        for start in range(0, len(messages), _PRODUCE_SLICE):
+            for sent in producer.send(topic_name, messages[start : start + _PRODUCE_SLICE]):
+                if as_json:
+                    click.echo(json.dumps({"partition": sent.partition, "offset": sent.offset}))
+                else:
+                    click.echo(f"{sent.topic}-{sent.partition}@{sent.offset}")
+                advance()
 
 
 def _split_key(line: str, key: str | None, separator: str | None) -> tuple[str | None, str]:
@@ -182,11 +201,15 @@ def consume(
             fetch_max_wait_ms=_POLL_WAIT_MS,
             security=security,
         ) as consumer,
+        contextlib.ExitStack() as stack,
     ):
         partitions = consumer.assign_topic(topic_name)
         # "Read what is there": the end offsets now; with --idle-timeout 0 reading stops there.
         ends = consumer.end_offsets(topic_name)
         printed = 0
+        advance = stack.enter_context(
+            progress(f"consuming {topic_name}", max_records, as_json=as_json)
+        )
         last_record_at = time.monotonic()
         while max_records is None or printed < max_records:
             if idle_timeout == 0 and all(
@@ -200,6 +223,7 @@ def consume(
             for record in records:
                 _print_record(record, as_json)
             printed += len(records)
+            advance(len(records))
             now = time.monotonic()
             if records:
                 last_record_at = now
@@ -234,6 +258,7 @@ def _consume_group(
             fetch_max_wait_ms=_POLL_WAIT_MS,
             security=security,
         ) as consumer,
+        progress(f"consuming {topic_name} as {group_id}", max_records, as_json=as_json) as advance,
     ):
         last_record_at: float | None = None
         while max_records is None or printed < max_records:
@@ -246,6 +271,7 @@ def _consume_group(
                 for record in records:
                     _print_record(record, as_json)
                 printed += len(records)
+                advance(len(records))
                 consumer.commit()
                 last_record_at = now
             elif last_record_at is None:

@@ -28,6 +28,7 @@ from flux.sdk.admin import Admin, GroupDescription
 from flux.sdk.security import ClientSecurity
 
 from ._sdk import client_options, json_option, resolve_bootstrap, sdk_errors
+from .progress import progress
 
 __all__ = ["group"]
 
@@ -190,7 +191,11 @@ def reset_offsets(
     if (to is None) == (to_offset is None):
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset N")
     target: str | int = to if to is not None else int(to_offset)  # type: ignore[arg-type]
-    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
+    with (
+        sdk_errors(),
+        _admin(bootstrap, timeout_s, security) as admin,
+        progress(f"resetting the offsets of {group_id} on {topic}", as_json=as_json),
+    ):
         offsets = admin.reset_offsets(group_id, topic, to=target)
     if as_json:
         _emit_json(
@@ -212,6 +217,10 @@ def delete(
     group_id: str, bootstrap: str | None, timeout_s: float, security: ClientSecurity
 ) -> None:
     """Delete GROUP and its committed offsets (it must have no active members)."""
-    with sdk_errors(), _admin(bootstrap, timeout_s, security) as admin:
+    with (
+        sdk_errors(),
+        _admin(bootstrap, timeout_s, security) as admin,
+        progress(f"deleting group {group_id}"),
+    ):
         admin.delete_group(group_id)
     click.echo(f"Deleted group {group_id}")

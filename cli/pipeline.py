@@ -20,6 +20,8 @@ from types import ModuleType
 
 import click
 
+from .progress import progress
+
 __all__ = ["pipeline"]
 
 
@@ -63,9 +65,11 @@ def run(
         raise click.ClickException(f"{file} defines no main(spark, argv) function")
     cloudpickle.register_pickle_by_value(module)
     existing = SparkSession.getActiveSession()
-    spark = flux_session(app_name or file.stem, master=master, conf=conf)
+    with progress(f"starting Spark for {file.name}"):
+        spark = flux_session(app_name or file.stem, master=master, conf=conf)
     try:
-        entry(spark, list(args))
+        with progress(f"pipeline {file.name} running"):
+            entry(spark, list(args))
     finally:
         if existing is None:  # a session this command started (not the caller's)
             spark.stop()

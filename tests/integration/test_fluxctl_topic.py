@@ -322,3 +322,37 @@ def test_alter_config_reaches_every_replica_without_a_restart(cluster_factory) -
             )
         )
     wait_until(lambda: set(produce_everywhere().values()) == {ErrorCode.NONE})
+
+
+def test_produce_from_a_file_and_consume_draw_progress_on_stderr_only(broker, tmp_path) -> None:
+    """A progress bar on stderr where a person watches (forced here: FLUX_PROGRESS=always,
+    CliRunner's stderr is no terminal); stdout is the same as without it; --json and
+    FLUX_PROGRESS=never draw nothing."""
+    bootstrap = broker.bootstrap_servers
+    ok(run("topic", "create", "cli-progress", "--partitions", "2", bootstrap=bootstrap))
+    source = tmp_path / "records.txt"
+    source.write_text("".join(f"record-{i}\n" for i in range(2500)))
+    shown = ok(
+        run("produce", "cli-progress", "--file", str(source), bootstrap=bootstrap,
+            env={"FLUX_PROGRESS": "always"})
+    )  # fmt: skip
+    assert len(shown.stdout.splitlines()) == 2500
+    assert "producing to cli-progress" in shown.stderr and "2500/2500" in shown.stderr
+    quiet = ok(
+        run("produce", "cli-progress", "--file", str(source), "--json", bootstrap=bootstrap,
+            env={"FLUX_PROGRESS": "auto"})
+    )  # fmt: skip
+    assert len(quiet.stdout.splitlines()) == 2500 and quiet.stderr == ""
+    consumed = ok(
+        run("consume", "cli-progress", "--from-beginning", "--max-messages", "4000",
+            bootstrap=bootstrap, env={"FLUX_PROGRESS": "always"})
+    )  # fmt: skip
+    assert len(consumed.stdout.splitlines()) == 4000
+    assert "consuming cli-progress" in consumed.stderr and "4000/4000" in consumed.stderr
+    silent = ok(
+        run("consume", "cli-progress", "--from-beginning", "--max-messages", "10",
+            bootstrap=bootstrap, env={"FLUX_PROGRESS": "never"})
+    )  # fmt: skip
+    assert len(silent.stdout.splitlines()) == 10 and silent.stderr == ""
+    both = run("produce", "cli-progress", "x", "--file", str(source), bootstrap=bootstrap)
+    assert both.exit_code == 2 and "exclude each other" in both.output
