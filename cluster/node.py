@@ -323,6 +323,7 @@ class Node:
             broker_id=config.node.id,
         )
         self.push.start()
+        http_api.push_deliveries = self.push.deliveries
         self.memory_cleaner = MemoryTopicCleaner(
             replicas=replicas,
             offsets=offsets,

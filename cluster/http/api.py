@@ -77,6 +77,8 @@ class HttpApi(FluxApi, RestApi):
         self.quorum_voters: Callable[[], tuple[tuple[int, str, str], ...]] = lambda: (
             replicas.image.quorum_voters
         )
+        #: This broker's deliveries of a push subscription (set by the node: PushManager).
+        self.push_deliveries: Callable[[str], list[dict[str, Any]]] = lambda _id: []
 
     async def close(self) -> None:
         """Close the produce links, this broker's to the leaders and the others' to it
@@ -133,6 +135,10 @@ class HttpApi(FluxApi, RestApi):
                 json_route(self._internal_describe_group, "internal"),
             ),
             web.get("/internal/groups", json_route(self._internal_list_groups, "internal")),
+            web.get(
+                "/internal/subscriptions/{id}/deliveries",
+                json_route(self._internal_deliveries, "internal"),
+            ),
             web.post(MARKERS_PATH, json_route(self._internal_txn_markers, "internal")),
         ]
 

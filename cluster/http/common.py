@@ -226,6 +226,7 @@ class HttpApiBase:
     _links: ForwardLinks
     controller_id: Callable[[], int | None]
     quorum_voters: Callable[[], tuple[tuple[int, str, str], ...]]
+    push_deliveries: Callable[[str], list[dict[str, Any]]]
 
     @property
     def _image(self) -> Any:

@@ -23,6 +23,7 @@ from flux.controller.records import MAX_SUBSCRIPTION_IN_FLIGHT
 
 from ..groups.coordinator import OFFSETS_TOPIC
 from ..groups.offsets_client import OffsetsUnavailableError, push_group
+from ..replication.peers import PeerUnavailableError
 from ..topics import InvalidTopicError, validate_topic_name
 from .common import HttpApiBase, HttpError, _record_from_json, _text_field
 
@@ -202,7 +203,37 @@ class FluxApi(HttpApiBase):
             {"topic": topic, "partition": index, "committed": offset}
             for (topic, index), offset in sorted(committed.items())
         ]
+        document["deliveries"] = await self._gather_deliveries(subscription.subscription_id)
         return document
+
+    async def _gather_deliveries(self, subscription_id: str) -> list[dict[str, Any]]:
+        """Each live broker's deliveries of the subscription (``PushManager.deliveries``): a
+        partition is delivered by its leader. A broker that does not answer is left out."""
+
+        async def ask(broker_id: int) -> list[dict[str, Any]]:
+            if broker_id == self._broker_id:
+                return self.push_deliveries(subscription_id)
+            try:
+                status, answer = await self._peers.request(
+                    broker_id,
+                    "GET",
+                    f"/internal/subscriptions/{subscription_id}/deliveries",
+                    timeout_s=3.0,
+                )
+            except PeerUnavailableError:
+                return []
+            if status != 200 or not isinstance(answer, dict):
+                return []
+            return list(answer.get("deliveries", []))
+
+        found = await asyncio.gather(*(ask(b) for b in sorted(self._image.live_broker_ids())))
+        return sorted(
+            (delivery for deliveries in found for delivery in deliveries),
+            key=lambda d: (d["topic"], d["partition"]),
+        )
+
+    async def _internal_deliveries(self, request: web.Request, body: dict[str, Any]) -> Any:
+        return {"deliveries": self.push_deliveries(request.match_info["id"])}
 
     async def _delete_subscription(self, request: web.Request, body: dict[str, Any]) -> Any:
         subscription_id = request.match_info["id"]

@@ -201,6 +201,15 @@ class PushManager:
                 self._deliveries[key] = delivery
                 delivery.start()
 
+    def deliveries(self, subscription_id: str) -> list[dict[str, Any]]:
+        """How this broker delivers the subscription's partitions it leads: the offset
+        acknowledged up to, and the retries spent on the message that keeps failing."""
+        return [
+            delivery.state()
+            for (owner, _, _), delivery in sorted(self._deliveries.items())
+            if owner == subscription_id
+        ]
+
     def wanted_subscription(
         self, subscription_id: str, partition: Partition
     ) -> SubscriptionImage | None:
@@ -434,6 +443,23 @@ class _Delivery:
         self._retries_metric = metrics.push_retries.labels(*labels)
         self._failures_metric = metrics.push_failures.labels(*labels)
         self._latency_metric = metrics.push_latency.labels(kind)
+
+    def state(self) -> dict[str, Any]:
+        """For ``GET /subscriptions/{id}``: where this delivery stands."""
+        # Retries count until the message that failed is acknowledged (the position passes it).
+        failing = self._attempts > 0 and (
+            self._acked is None or self._acked <= self._failing_position
+        )
+        return {
+            "topic": self._partition.topic,
+            "partition": self._partition.index,
+            "broker": self._manager._broker_id,
+            "kind": self._kind,
+            "acknowledged": self._acked,
+            "retries": self._attempts if failing else 0,
+            "retrying_offset": self._failing_position if failing else None,
+            "retry_count": self._manager._settings.retry_count,
+        }
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())

@@ -509,13 +509,66 @@ async function subscriptionsPage() {
     h("h1", {}, `Push subscriptions (${rows.length})`),
     rows.length === 0 ? h("p", { className: "muted", id: "subscriptions" }, "No push subscriptions.")
       : table([
-        { title: "id", cell: (s) => s.id },
+        { title: "id", cell: (s) => h("a", { href: `#/subscriptions/${enc(s.id)}` }, s.id) },
         { title: "address", cell: (s) => s.address },
         { title: "topics", cell: (s) => (s.topics || []).map((t) => h("a", { className: "badge", href: `#/topics/${enc(t)}` }, t)) },
         { title: "active", cell: (s) => h("span", { className: s.active ? "ok" : "bad" }, s.active ? "yes" : "no") },
         { title: "in flight", num: true, cell: (s) => s.maxInFlight },
         { title: "group", cell: (s) => s.group ? h("a", { href: `#/groups/${enc(s.group)}` }, s.group) : "–" },
       ], rows, { id: "subscriptions" }));
+}
+
+async function subscriptionPage(id) {
+  const subscription = await api(`/subscriptions/${enc(id)}`);
+  const ends = new Map();
+  for (const topic of subscription.topics) {
+    try {
+      const described = await api(`/topics/${enc(topic)}?offsets=all`);
+      for (const p of described.partitions) ends.set(`${topic}/${p.partition}`, p.high_watermark);
+    } catch (error) { /* a topic not created yet */ }
+  }
+  const committed = new Map(subscription.offsets.map((o) => [`${o.topic}/${o.partition}`, o.committed]));
+  const rows = subscription.deliveries.map((d) => {
+    const key = `${d.topic}/${d.partition}`;
+    const end = ends.get(key);
+    const done = committed.has(key) ? committed.get(key) : null;
+    return Object.assign({ attrs: { "data-partition": key }, committed: done, end: end,
+                           pending: end !== undefined && done !== null ? Math.max(end - done, 0) : null }, d);
+  });
+  const canvas = h("canvas", { id: "pending-chart" });
+  main.replaceChildren(
+    h("h1", {}, "Push subscription ", h("span", { id: "subscription-id" }, subscription.id)),
+    h("div", { className: "cards" },
+      card("address", subscription.address),
+      card("active", subscription.active ? "yes" : "no (retries exhausted)", "subscription-active", subscription.active ? "ok" : "bad"),
+      card("in-flight window", subscription.maxInFlight),
+      card("waiting messages", fmt(rows.reduce((sum, r) => sum + (r.pending || 0), 0)), "subscription-pending")),
+    h("p", { className: "muted" }, "Topics: ", subscription.topics.join(", "),
+      ` · replays old messages: ${subscription.readOld ? "yes" : "no"} · positions kept by group `,
+      h("a", { href: `#/groups/${enc(subscription.group)}` }, subscription.group)),
+    h("h2", {}, "Waiting messages over time"),
+    h("div", { className: "chart" }, canvas),
+    h("h2", {}, "Delivery per partition"),
+    rows.length === 0 ? h("p", { className: "muted", id: "deliveries" }, "No partition is being delivered (inactive, or its topics have no leader).")
+      : table([
+        { title: "topic", cell: (d) => d.topic },
+        { title: "partition", num: true, cell: (d) => d.partition },
+        { title: "by broker", num: true, cell: (d) => d.broker },
+        { title: "kind", cell: (d) => d.kind },
+        { title: "acknowledged up to", num: true, cell: (d) => fmt(d.acknowledged) },
+        { title: "committed", num: true, cell: (d) => fmt(d.committed) },
+        { title: "high watermark", num: true, cell: (d) => fmt(d.end) },
+        { title: "waiting", num: true, cell: (d) => fmt(d.pending) },
+        { title: "retries", cell: (d) => d.retries ? h("span", { className: "bad" }, `${d.retries} of ${d.retry_count} at offset ${d.retrying_offset}`) : "none" },
+      ], rows, { id: "deliveries" }));
+  const chart = lineChart(canvas, "waiting messages");
+  stream({ groups: [subscription.group] }, (event) => {
+    summaryCards(event.cluster);
+    const figures = event.groups[subscription.group];
+    if (!figures) return;
+    document.getElementById("subscription-pending").textContent = fmt(figures.lag);
+    chart.push(event.time_ms, figures.lag);
+  });
 }
 
 // -- router ------------------------------------------------------------------------------------
@@ -533,7 +586,8 @@ async function render() {
     else if (section === "topics") await topicPage(parts[1]);
     else if (section === "groups" && parts.length === 1) await groupsPage();
     else if (section === "groups") await groupPage(parts[1]);
-    else if (section === "subscriptions") await subscriptionsPage();
+    else if (section === "subscriptions" && parts.length === 1) await subscriptionsPage();
+    else if (section === "subscriptions") await subscriptionPage(parts[1]);
     else await clusterPage();
     document.body.dataset.page = section;
     document.body.dataset.rendered = String(Date.now());

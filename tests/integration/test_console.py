@@ -71,6 +71,45 @@ def _commit(bootstrap: str, offsets: dict[int, int]) -> None:
         consumer.close()
 
 
+class _Subscribers:
+    """Webhook subscribers on one local HTTP server: ``address("ok")`` acknowledges every
+    message, ``address("fail")`` answers each with a 500."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                ok = self.path.startswith("/ok/")
+                if ok:
+                    outer.acknowledged += 1
+                self.send_response(200 if ok else 500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.acknowledged = 0
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def address(self, name: str) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/{name}"
+
+    def __enter__(self) -> _Subscribers:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 def _join(bootstrap: str) -> Any:
     """A consumer of the group, subscribed and assigned every partition of the topic."""
     from confluent_kafka import Consumer
@@ -196,7 +235,8 @@ def _number(text: str) -> int:
 def test_the_console_shows_the_cluster_live_and_acts_on_it(
     cluster_factory: Any, browser: Any, tmp_path: Path
 ) -> None:
-    nodes = cluster_factory(3)
+    # A failing push subscriber is retried long enough to be seen retrying.
+    nodes = cluster_factory(3, subscriber={"retry_count": 100, "retry_interval_ms": 200})
     node = nodes[0]
     bootstrap = ",".join(n.bootstrap_servers for n in nodes)
     status, answer = _http(
@@ -283,8 +323,40 @@ def test_the_console_shows_the_cluster_live_and_acts_on_it(
 
     page.open("#/groups")
     assert page.count(f'#groups tr[data-group="{GROUP}"]') == 1
-    page.open("#/subscriptions")
-    assert page.text("#subscriptions")
+
+    # Push subscriptions: one subscriber acknowledges everything, one fails every message.
+    with _Subscribers() as subscribers:
+        ids = {}
+        for name in ("ok", "fail"):
+            status, answer = _http(
+                node,
+                "POST",
+                "/subscribe",
+                {"address": subscribers.address(name), "topics": [TOPIC], "readOld": True},
+            )
+            assert status in (200, 201), answer
+            ids[name] = answer["id"]
+        page.open("#/subscriptions")
+        assert page.count("#subscriptions tbody tr") == 2
+        page.open(f"#/subscriptions/{ids['ok']}")
+        assert page.count("#deliveries tbody tr") == 3
+        wait_until(lambda: subscribers.acknowledged >= 52, timeout_s=30)  # all of orders
+        wait_until(
+            lambda: (
+                page.open(f"#/subscriptions/{ids['ok']}")
+                or _number(page.text("#subscription-pending")) == 0
+            ),
+            timeout_s=30,
+        )
+        page.shoot("subscription")
+        page.open(f"#/subscriptions/{ids['fail']}")
+        wait_until(
+            lambda: (
+                page.open(f"#/subscriptions/{ids['fail']}")
+                or "of 100 at offset 0" in page.text("#deliveries")
+            ),
+            timeout_s=30,
+        )
     assert page.errors() == []
 
 
