@@ -455,6 +455,7 @@ async function groupPage(name) {
     } catch (error) { show(`Cannot reset offsets: ${error.message}`); }
   });
   const canvas = h("canvas", { id: "lag-chart" });
+  const rateCanvas = h("canvas", { id: "consume-chart" });
   main.replaceChildren(
     h("h1", {}, "Consumer group ", h("span", { id: "group-name" }, name)),
     h("div", { className: "cards" },
@@ -476,6 +477,8 @@ async function groupPage(name) {
       ], members, { id: "members" }),
     h("h2", {}, "Lag over time"),
     h("div", { className: "chart" }, canvas),
+    h("h2", {}, "Consume rate"),
+    h("div", { className: "chart" }, rateCanvas),
     h("h2", {}, "Committed offsets"),
     h("div", { className: "scroll" }, table([
       { title: "topic", cell: (o) => h("a", { href: `#/topics/${enc(o.topic)}` }, o.topic) },
@@ -488,6 +491,7 @@ async function groupPage(name) {
     h("p", { className: "muted" }, "Only for a group without active members (stop its consumers first)."),
     reset);
   const chart = lineChart(canvas, "lag (messages)");
+  const rateChart = lineChart(rateCanvas, "messages/s committed");
   const rate = rater();
   stream({ groups: [name] }, (event) => {
     summaryCards(event.cluster);
@@ -498,7 +502,10 @@ async function groupPage(name) {
     element.className = "value " + (figures.lag > 0 ? "warn" : "ok");
     chart.push(event.time_ms, figures.lag);
     const value = rate(event.time_ms, figures.committed);
-    if (value !== null) document.getElementById("group-rate").textContent = fmt(value);
+    if (value !== null) {
+      document.getElementById("group-rate").textContent = fmt(value);
+      rateChart.push(event.time_ms, value);
+    }
   });
 }
 
