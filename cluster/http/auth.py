@@ -21,6 +21,8 @@ The principal is then ``User:<name>``, and with the authorizer on
 | ``PATCH /topics/{t}/configs`` | ALTER_CONFIGS on the topic |
 | ``GET /groups/{g}`` | DESCRIBE on the group |
 | ``POST /groups/{g}/offsets`` (reset) | READ on the group and on the topic |
+| ``/ui/`` and ``/ui/static/...`` (the console's page) | nothing beyond valid credentials |
+| ``GET /ui/events?topic=T&group=G`` | DESCRIBE on the cluster, each topic and each group |
 | ``GET /topics``, ``/groups``, ``/subscriptions``, ``/subscriptions/{id}``, ``/cluster`` | DESCRIBE on the cluster |
 
 A refused request gets ``403`` naming the operation and resource, and changes nothing.
@@ -170,6 +172,16 @@ class HttpAuthenticator:
         info = request.match_info
         topic = info.get("topic")
         cluster: Need = ((AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),)
+        if path in ("/ui", "/ui/") or path.startswith("/ui/static/"):
+            return []  # the console's page and assets hold no data: credentials suffice
+        if path == "/ui/events":
+            return [
+                cluster,
+                *(((AclOperation.DESCRIBE, ResourceType.TOPIC, t),) for t in
+                  request.query.getall("topic", [])),
+                *(((AclOperation.DESCRIBE, ResourceType.GROUP, g),) for g in
+                  request.query.getall("group", [])),
+            ]  # fmt: skip
         if method == "POST" and path == "/publish":
             name = (await _body(request)).get("topic")
             return self._writing(name) if isinstance(name, str) else []

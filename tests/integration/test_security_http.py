@@ -121,6 +121,12 @@ def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodePro
     assert status == 403
     assert "new-topic" not in admin.list_topics(timeout=10).topics
     assert _call(node, "GET", "/topics", user="alice")[0] == 403
+    # The console: its page needs credentials only, its live figures what they describe.
+    assert _raw(node, "/ui/")[0] == 401
+    status, page = _raw(node, "/ui/", user="alice")
+    assert status == 200 and b"Flux console" in page
+    assert _raw(node, "/ui/static/app.js", user="alice")[0] == 200
+    assert _raw(node, "/ui/events?topic=orders", user="alice")[0] == 403  # no DESCRIBE cluster
     # Secrets are nowhere: not in the log, not in /metrics.
     metrics = (
         urllib.request.urlopen(f"http://{node.ready['broker_http']}/metrics", timeout=10)
@@ -130,6 +136,19 @@ def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodePro
     for text in (node.log_path.read_text(), metrics):
         assert PASSWORD not in text
         assert base64.b64encode(f"alice:{PASSWORD}".encode()).decode() not in text
+
+
+def _raw(node: NodeProcess, path: str, *, user: str | None = None) -> tuple[int, bytes]:
+    headers = {}
+    if user is not None:
+        token = base64.b64encode(f"{user}:{PASSWORD}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    request = urllib.request.Request(f"http://{node.ready['broker_http']}{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
 
 
 def _end(node: NodeProcess, topic: str) -> int:
