@@ -6,7 +6,8 @@ a Server-Sent Events stream: every ``interval_s`` one ``data:`` line holding a J
 
     {"time_ms": ..., "cluster": {brokers, fenced, partitions, under_replicated, offline,
      controller_id}, "topics": {T: {"end": sum of high watermarks, "partitions": n}},
-     "groups": {G: {"committed": sum of committed offsets, "lag": sum of lags}}}
+     "groups": {G: {"committed": sum of committed offsets, "lag": sum of lags}},
+     "totals": {every topic: sum of high watermarks}}   (with ?totals=true)
 
 from which the page draws its rates (the difference of two sums over the time between them)
 and lag. A topic or group that does not exist (or cannot be read now) is left out of that
@@ -72,6 +73,7 @@ class Console:
     async def _events(self, request: web.Request) -> web.StreamResponse:
         topics = request.query.getall("topic", [])
         groups = request.query.getall("group", [])
+        every_topic = request.query.get("totals") == "true"
         if len(topics) > MAX_NAMES_PER_STREAM or len(groups) > MAX_NAMES_PER_STREAM:
             return web.json_response(
                 {"error": f"at most {MAX_NAMES_PER_STREAM} topics and groups per stream"},
@@ -88,7 +90,7 @@ class Console:
         self._streams.add(response)
         try:
             while not self._closing.is_set():
-                event = await self.snapshot(topics, groups)
+                event = await self.snapshot(topics, groups, every_topic=every_topic)
                 await response.write(f"data: {json.dumps(event)}\n\n".encode())
                 try:
                     await asyncio.wait_for(self._closing.wait(), self._interval_s)
@@ -100,7 +102,9 @@ class Console:
             self._streams.discard(response)
         return response
 
-    async def snapshot(self, topics: list[str], groups: list[str]) -> dict[str, Any]:
+    async def snapshot(
+        self, topics: list[str], groups: list[str], *, every_topic: bool = False
+    ) -> dict[str, Any]:
         """One event of the stream (see the module docstring)."""
         event: dict[str, Any] = {
             "time_ms": int(time.time() * 1000),
@@ -117,6 +121,10 @@ class Console:
                 "partitions": len(partitions),
                 "end": sum(end for end in ends if end is not None),
                 "complete": None not in ends,
+            }
+        if every_topic:
+            event["totals"] = {
+                name: total["end"] for name, total in (await self._api.topic_totals()).items()
             }
         for group_id in dict.fromkeys(groups):
             try:

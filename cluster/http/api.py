@@ -135,6 +135,7 @@ class HttpApi(FluxApi, RestApi):
                 json_route(self._internal_describe_group, "internal"),
             ),
             web.get("/internal/groups", json_route(self._internal_list_groups, "internal")),
+            web.get("/internal/topic-totals", json_route(self._internal_topic_totals, "internal")),
             web.get(
                 "/internal/subscriptions/{id}/deliveries",
                 json_route(self._internal_deliveries, "internal"),

@@ -68,12 +68,56 @@ class RestApi(HttpApiBase):
     # -- topics -------------------------------------------------------------------------------
 
     async def _list_topics(self, request: web.Request, body: dict[str, Any]) -> Any:
-        return {
-            "topics": [
-                {"name": t.name, "partitions": len(t.partitions), "config": t.config_dict()}
-                for t in self._image.topics.values()
-            ]
-        }
+        topics = [
+            {"name": t.name, "partitions": len(t.partitions), "config": t.config_dict()}
+            for t in self._image.topics.values()
+        ]
+        if request.query.get("totals") == "true":
+            totals = await self.topic_totals()
+            for entry in topics:
+                found = totals.get(entry["name"])
+                entry["size_bytes"] = found["size_bytes"] if found else None
+                entry["messages"] = found["end"] if found else None
+        return {"topics": topics}
+
+    def local_topic_totals(self) -> dict[str, dict[str, int]]:
+        """Per topic, over the partitions this broker leads: log bytes and the sum of the high
+        watermarks."""
+        totals: dict[str, dict[str, int]] = {}
+        for partition in self._replicas.partitions():
+            if not partition.is_leader:
+                continue
+            entry = totals.setdefault(partition.topic, {"size_bytes": 0, "end": 0})
+            entry["size_bytes"] += partition.log.size_bytes
+            entry["end"] += partition.high_watermark
+        return totals
+
+    async def topic_totals(self) -> dict[str, dict[str, int]]:
+        """``local_topic_totals`` summed over every live broker (one request each; a broker
+        that does not answer leaves its partitions out)."""
+
+        async def ask(broker_id: int) -> dict[str, Any]:
+            if broker_id == self._broker_id:
+                return self.local_topic_totals()
+            try:
+                status, answer = await self._peers.request(
+                    broker_id, "GET", "/internal/topic-totals", timeout_s=3.0
+                )
+            except PeerUnavailableError:
+                return {}
+            return answer.get("topics", {}) if status == 200 and isinstance(answer, dict) else {}
+
+        summed: dict[str, dict[str, int]] = {}
+        live = sorted(self._image.live_broker_ids())
+        for found in await asyncio.gather(*(ask(broker_id) for broker_id in live)):
+            for name, entry in found.items():
+                total = summed.setdefault(name, {"size_bytes": 0, "end": 0})
+                total["size_bytes"] += int(entry["size_bytes"])
+                total["end"] += int(entry["end"])
+        return summed
+
+    async def _internal_topic_totals(self, request: web.Request, body: dict[str, Any]) -> Any:
+        return {"topics": self.local_topic_totals()}
 
     async def _describe_topic(self, request: web.Request, body: dict[str, Any]) -> Any:
         topic = await self._topic(request.match_info["topic"], create=False)

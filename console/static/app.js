@@ -91,6 +91,7 @@ function stream(params, onEvent) {
   const query = new URLSearchParams();
   for (const topic of params.topics || []) query.append("topic", topic);
   for (const group of params.groups || []) query.append("group", group);
+  if (params.totals) query.set("totals", "true");
   const source = new EventSource("/ui/events?" + query.toString());
   source.onopen = () => { liveBadge.textContent = "● live"; };
   source.onerror = () => { liveBadge.textContent = "○ reconnecting"; };
@@ -201,11 +202,12 @@ async function clusterPage() {
 }
 
 async function topicsPage() {
-  const [listing, cluster] = await Promise.all([api("/topics"), api("/cluster")]);
+  const [listing, cluster] = await Promise.all([api("/topics?totals=true"), api("/cluster")]);
   const states = new Map(cluster.topics.map((t) => [t.name, t.partitions]));
   const rows = listing.topics.sort((a, b) => a.name.localeCompare(b.name)).map((t) => {
     const partitions = states.get(t.name) || [];
-    return { name: t.name, partitions: t.partitions, config: t.config,
+    return { name: t.name, partitions: t.partitions, config: t.config, size: t.size_bytes,
+             messages: t.messages,
              replication: partitions.length ? partitions[0].replicas.length : 0,
              under: partitions.filter((p) => p.leader < 0 || p.isr.length < p.replicas.length).length,
              attrs: { "data-topic": t.name } };
@@ -233,9 +235,26 @@ async function topicsPage() {
       { title: "partitions", num: true, cell: (t) => t.partitions },
       { title: "replication", num: true, cell: (t) => t.replication },
       { title: "under-replicated", num: true, cell: (t) => h("span", { className: t.under ? "bad" : "" }, t.under) },
+      { title: "messages", num: true, cell: (t) => h("span", { "data-messages": t.name }, fmt(t.messages)) },
+      { title: "size", num: true, cell: (t) => bytes(t.size) },
+      { title: "msg/s", num: true, cell: (t) => h("span", { "data-rate": t.name }, "…") },
       { title: "config overrides", cell: (t) => Object.entries(t.config).map(([k, v]) => h("span", { className: "badge" }, `${k}=${v}`)) },
       { title: "", cell: (t) => t.name.startsWith("__") ? h("span", { className: "muted" }, "internal") : deleteButton(t.name) },
     ], rows, { id: "topics" }));
+  // Live: each topic's message count and rate, from one stream (one request per broker).
+  const cells = new Map();
+  for (const element of main.querySelectorAll("[data-rate]")) cells.set(element.dataset.rate, { rate: element, rater: rater() });
+  for (const element of main.querySelectorAll("[data-messages]")) cells.get(element.dataset.messages).messages = element;
+  stream({ totals: true }, (event) => {
+    summaryCards(event.cluster);
+    for (const [name, end] of Object.entries(event.totals || {})) {
+      const cell = cells.get(name);
+      if (!cell) continue;
+      cell.messages.textContent = fmt(end);
+      const value = cell.rater(event.time_ms, end);
+      if (value !== null) cell.rate.textContent = fmt(value);
+    }
+  });
 }
 
 function deleteButton(name) {

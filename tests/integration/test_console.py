@@ -265,6 +265,8 @@ def test_the_console_shows_the_cluster_live_and_acts_on_it(
     # Topics: the topic made by the test; a topic created from the page exists in the cluster.
     page.open("#/topics")
     assert page.count(f'#topics tr[data-topic="{TOPIC}"]') == 1
+    wait_until(lambda: page.text(f'[data-messages="{TOPIC}"]') == "30")
+    wait_until(lambda: page.text(f'[data-rate="{TOPIC}"]') == "0")  # the live stream's rate
     page.fill("#create-topic", name="made-in-browser", partitions="2", replication_factor="3")
     wait_until(lambda: page.count('#topics tr[data-topic="made-in-browser"]') == 1, timeout_s=20)
     status, created = _http(node, "GET", "/topics/made-in-browser")
