@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from flux.cluster.http.metrics import BrokerMetrics
 from flux.controller.image import MetadataImage
@@ -90,3 +93,23 @@ def test_prometheus_scrapes_every_node_of_the_compose_cluster() -> None:
     compose = (ROOT / "docker-compose.cluster.yml").read_text()
     assert compose.count(':8080"') == 3  # the nodes' broker HTTP port, as scraped
     assert "profiles: [monitoring]" in compose
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs Debian's prometheus package")
+def test_promtool_accepts_the_rules_and_the_config(tmp_path: Path) -> None:
+    rules = subprocess.run(
+        ["promtool", "check", "rules", str(MONITORING / "alerts.yml")],
+        capture_output=True,
+        text=True,
+    )
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        (MONITORING / "prometheus.yml")
+        .read_text()
+        .replace("/etc/prometheus/alerts.yml", str(MONITORING / "alerts.yml"))
+    )
+    checked = subprocess.run(
+        ["promtool", "check", "config", str(config)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
