@@ -52,6 +52,7 @@ from flux.cluster.launcher import (
 )
 
 from ._bootstrap import cluster_dir_option
+from .progress import progress
 
 __all__ = ["main"]
 
@@ -285,10 +286,13 @@ def _cluster_up_locked(
     for process in processes:
         process.start()
     try:
-        for process in processes:
-            process.wait_ready(timeout)
+        with progress("nodes ready", len(processes), as_json=as_json) as advance:
+            for process in processes:
+                process.wait_ready(timeout)
+                advance()
         if tls is not None:
-            _secure_local_cluster(root, processes, tls, timeout)
+            with progress("provisioning the admin user", as_json=as_json):
+                _secure_local_cluster(root, processes, tls, timeout)
     except (NodeStartError, ClusterSecurityError) as error:
         for process in processes:
             process.stop()
