@@ -92,6 +92,9 @@ class HttpApi(FluxApi, RestApi):
             web.post("/publish", json_route(self._publish, "publish")),
             web.post("/subscribe", json_route(self._subscribe, "subscribe")),
             web.post("/unsubscribe", json_route(self._unsubscribe, "unsubscribe")),
+            # The original Flux Go client's paths (typos it shipped with): documented aliases.
+            web.post("/subscrine", json_route(self._subscribe, "subscribe")),
+            web.post("/unsubscrine", json_route(self._unsubscribe, "unsubscribe")),
             web.get("/cluster", json_route(self._cluster, "cluster")),
             web.get("/topics", json_route(self._list_topics, "topics")),
             web.post("/topics", json_route(self._create_topic, "topics")),

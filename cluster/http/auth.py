@@ -50,6 +50,7 @@ from aiohttp import web
 from flux.auth.acl import AclOperation, ResourceType
 
 from ..kafka.sasl import strongest_credential
+from .common import normalize_address
 
 __all__ = ["VERIFIED_CACHE_SIZE", "HttpAuthenticator"]
 
@@ -189,7 +190,7 @@ class HttpAuthenticator:
             return self._writing(topic)
         if method == "GET" and topic is not None and path.endswith("/messages"):
             return [((AclOperation.READ, ResourceType.TOPIC, topic),)]
-        if method == "POST" and path == "/subscribe":
+        if method == "POST" and path in ("/subscribe", "/subscrine"):
             names = (await _body(request)).get("topics")
             names = [names] if isinstance(names, str) else names
             if not isinstance(names, list):
@@ -200,7 +201,7 @@ class HttpAuthenticator:
                     needs.append(((AclOperation.READ, ResourceType.TOPIC, name),))
                     needs += self._creating(name)
             return needs
-        if (method == "POST" and path == "/unsubscribe") or (
+        if (method == "POST" and path in ("/unsubscribe", "/unsubscrine")) or (
             method == "DELETE" and path.startswith("/subscriptions/")
         ):
             return [
@@ -249,6 +250,8 @@ class HttpAuthenticator:
         if isinstance(topics, list):
             return [t for t in topics if isinstance(t, str)]
         address = body.get("address")
+        if isinstance(address, str):
+            address = normalize_address(address)
         return sorted({t for s in subscriptions.values() if s.address == address for t in s.topics})
 
 

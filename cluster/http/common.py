@@ -73,6 +73,12 @@ class HttpError(Exception):
         return web.json_response(self.body(), status=self.status)
 
 
+def normalize_address(value: str) -> str:
+    """A subscriber address: ``host:port[/path]`` without a scheme (as the original Flux Go
+    client registers itself) is ``http://host:port[/path]``; anything else is left as it is."""
+    return value if "://" in value else "http://" + value
+
+
 def message_json(record: Any, topic: str, partition: int) -> dict[str, Any]:
     """A stored record as the HTTP API shows it (and pushes it): UTF-8 text where it is text,
     base64 (``*_base64``) where it is not."""

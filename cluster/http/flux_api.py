@@ -25,7 +25,7 @@ from ..groups.coordinator import OFFSETS_TOPIC
 from ..groups.offsets_client import OffsetsUnavailableError, push_group
 from ..replication.peers import PeerUnavailableError
 from ..topics import InvalidTopicError, validate_topic_name
-from .common import HttpApiBase, HttpError, _record_from_json, _text_field
+from .common import HttpApiBase, HttpError, _record_from_json, _text_field, normalize_address
 
 __all__ = ["FluxApi", "subscription_id_for"]
 
@@ -44,9 +44,12 @@ def subscription_id_for(address: str, topics: list[str]) -> str:
 
 
 def validate_address(value: Any) -> str:
-    """A subscriber address: an absolute http(s) (webhook) or ws(s) (WebSocket) URL."""
+    """A subscriber address: an absolute http(s) (webhook) or ws(s) (WebSocket) URL. An
+    address without a scheme (``host:port``, as the original Flux Go client registers itself)
+    means ``http://host:port``, and is stored so (``normalize_address``)."""
     if not isinstance(value, str) or not value:
         raise HttpError(400, "field 'address' must be an http(s) or ws(s) URL", field="address")
+    value = normalize_address(value)
     parsed = urllib.parse.urlsplit(value)
     if parsed.scheme not in ADDRESS_SCHEMES or not parsed.hostname or len(value) > 2048:
         raise HttpError(400, "field 'address' must be an http(s) or ws(s) URL", field="address")

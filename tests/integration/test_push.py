@@ -229,3 +229,32 @@ def test_hanging_and_resetting_subscribers_block_nobody(nodes: list[NodeProcess]
     finally:
         for server in (hanging, resetting, healthy):
             server.stop()
+
+
+def test_the_original_go_clients_requests(nodes: list[NodeProcess], subscriber: Subscriber) -> None:
+    """The original Flux Go client, request for request: it subscribes at ``/subscrine`` (sic)
+    with its address as ``host:port`` (no scheme), publishes ``{"id","message","topic"}``,
+    receives pushes on ``<address>/poll``, and unsubscribes at ``/unsubscrine``."""
+    _create(nodes[0], "go-client")
+    schemeless = subscriber.address.removeprefix("http://")
+    assert "://" not in schemeless
+    status, answer = call(
+        nodes[1], "POST", "/subscrine", {"address": schemeless, "topics": ["go-client"]}
+    )
+    assert status in (200, 201), answer
+    subscription = answer["id"]
+    # The same subscriber as with the scheme: re-subscribing that way finds this subscription.
+    status, again = call(
+        nodes[2], "POST", "/subscribe", {"address": subscriber.address, "topics": ["go-client"]}
+    )
+    assert again["id"] == subscription and again["created"] is False, again
+    values = [f"go-{i}" for i in range(12)]
+    _publish(nodes[2], "go-client", values)
+    wait_until(lambda: len(subscriber.acked()) >= len(values))
+    assert sorted(m["payload"] for m in subscriber.acked()) == sorted(values)
+    status, answer = call(
+        nodes[0], "POST", "/unsubscrine", {"address": schemeless, "topics": ["go-client"]}
+    )
+    assert status == 200 and answer["deleted"] == [subscription], answer
+    status, answer = call(nodes[0], "POST", "/subscrine", {"address": "", "topics": ["x"]})
+    assert status == 400 and answer["field"] == "address", answer
