@@ -187,6 +187,13 @@ _project_option = click.option(
     help="TLS + SASL listeners, ACLs, authenticated HTTP API and node traffic, and a SCRAM "
     "super user 'admin' whose client settings go to DATA_DIR/client.properties",
 )
+@click.option(
+    "--v1",
+    "v1",
+    is_flag=True,
+    help="also open each node's FLUX V1 line-protocol listener (a free port, shown as 'v1' "
+    "by cluster status --json; docs/v1-protocol.md)",
+)
 def cluster_up(
     cluster_dir: str,
     nodes: int,
@@ -198,6 +205,7 @@ def cluster_up(
     base_image: str | None,
     settings: tuple[str, ...],
     secure: bool,
+    v1: bool,
 ) -> None:
     """Start N nodes (each controller + broker) in the background and wait until every broker
     is registered and a controller is active; print the bootstrap servers.
@@ -248,11 +256,18 @@ def cluster_up(
     root = Path(cluster_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     with _state_lock(root):
-        _cluster_up_locked(root, nodes, base_port, timeout, as_json, secure=secure)
+        _cluster_up_locked(root, nodes, base_port, timeout, as_json, secure=secure, v1=v1)
 
 
 def _cluster_up_locked(
-    root: Path, nodes: int, base_port: int, timeout: float, as_json: bool, *, secure: bool
+    root: Path,
+    nodes: int,
+    base_port: int,
+    timeout: float,
+    as_json: bool,
+    *,
+    secure: bool,
+    v1: bool = False,
 ) -> None:
     state = _load_state(root)
     if state and bool(state.get("secure")) != secure:
@@ -282,6 +297,7 @@ def _cluster_up_locked(
             controller_base_port=base_port + CONTROLLER_PORT_OFFSET if base_port else 0,
             http_base_port=base_port + BROKER_HTTP_PORT_OFFSET if base_port else 0,
             tls=tls,
+            extra={"v1": {"port": 0}} if v1 else None,
         )
     for process in processes:
         process.start()
@@ -617,6 +633,7 @@ def _entry(process: NodeProcess) -> dict[str, Any]:
         "kafka": ready.get("bootstrap_servers"),
         "http": ready.get("controller_http"),
         "broker_http": ready.get("broker_http"),
+        "v1": ready.get("v1"),
         "roles": ready.get("roles", []),
         "config": str(process.config_path),
         "data_dir": str(process.data_dir),

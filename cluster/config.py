@@ -495,6 +495,13 @@ SCHEMA: dict[str, dict[str, _Key]] = {
             "connections.max.reauth.ms (KIP-368): a SASL session's lifetime (0 = unlimited)",
         ),
     },
+    "v1": {
+        "port": _Key(
+            -1, _int(-1, 65535), "FLUX V1 line-protocol listener (-1 = off, 0 = any free port)"
+        ),
+        "max_line_bytes": _Key(1 << 20, _int(256), "the longest V1 request line"),
+        "max_in_flight": _Key(256, _int(1), "V1 requests in flight per connection"),
+    },
     "cleaner": {
         "enable": _Key(
             True, _bool, "log.cleaner.enable: compact topics with cleanup.policy=compact"

@@ -53,6 +53,9 @@ from .replication.isr import IsrManager
 from .replication.peers import BrokerPeers
 from .replication.replica_manager import ReplicaManager
 from .transactions.coordinator import TransactionCoordinator
+from .v1.commands import LISTENER_NAME as V1_LISTENER
+from .v1.commands import V1Commands
+from .v1.server import V1Server
 
 if TYPE_CHECKING:
     from flux.console import Console
@@ -83,6 +86,7 @@ class Node:
         self.peers: BrokerPeers | None = None
         self.http_api: HttpApi | None = None
         self.console: Console | None = None
+        self.v1: V1Server | None = None
         self.heap: HeapPolicy | None = None
         self.push: PushManager | None = None
         self.memory_cleaner: MemoryTopicCleaner | None = None
@@ -286,6 +290,20 @@ class Node:
             (listener.name, listener.advertised_host, listener.advertised_port or server.port)
             for listener, server in zip(config.listeners, self.kafka_servers, strict=True)
         ]
+        if config.v1.port >= 0:
+            # The V1 front door, registered as a listener of its own so every broker can name
+            # every other's V1 address (NOT_LEADER answers, ADMIN_GET_METADATA).
+            self.v1 = V1Server(
+                V1Commands(replicas=replicas, apis=apis, offsets=offsets, broker_id=config.node.id),
+                host=config.broker.host,
+                port=config.v1.port,
+                max_line_bytes=config.v1.max_line_bytes,
+                max_in_flight=config.v1.max_in_flight,
+            )
+            await self.v1.start()
+            self.lifecycle.listeners.append(
+                (V1_LISTENER, self.lifecycle.listeners[0][1], self.v1.port)
+            )
         # The bound ports are known from here on: reported while waiting for the quorum too.
         _name, host, port = self.lifecycle.listeners[0]
         self._ready.update(
@@ -294,6 +312,7 @@ class Node:
             bootstrap_servers=f"{host}:{port}",
             listeners={name: f"{host}:{port}" for name, host, port in self.lifecycle.listeners},
             broker_http=f"{host}:{self.http.port}",
+            **({"v1": f"{host}:{self.v1.port}"} if self.v1 is not None else {}),
         )
         self.lifecycle.on_state = self._write_state
         # Fetchers listen to images from the first one on, so they exist before following starts.
@@ -404,6 +423,8 @@ class Node:
             await self.lifecycle.stop()
         for server in self.kafka_servers:
             await server.stop()
+        if self.v1 is not None:
+            await self.v1.stop()
         if self.console is not None:
             await self.console.close()
         if self.http_api is not None:

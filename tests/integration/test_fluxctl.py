@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -45,7 +46,9 @@ def test_cluster_lifecycle(tmp_path: Path) -> None:
     data_dir = str(tmp_path / "cluster")
     try:
         up = json.loads(
-            _fluxctl("cluster", "up", "--data-dir", data_dir, "--base-port", "0", "--json").stdout
+            _fluxctl(
+                "cluster", "up", "--data-dir", data_dir, "--base-port", "0", "--v1", "--json"
+            ).stdout
         )
         assert [node["id"] for node in up["nodes"]] == [1, 2, 3]
         assert all(node["healthy"] for node in up["nodes"])
@@ -57,6 +60,13 @@ def test_cluster_lifecycle(tmp_path: Path) -> None:
 
         again = _fluxctl("cluster", "up", "--data-dir", data_dir, "--base-port", "0")
         assert "already running" in again.stderr
+
+        # --v1: each node's V1 line-protocol listener answers.
+        host, port = up["nodes"][1]["v1"].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as v1:
+            v1.sendall(b"V1|1|ADMIN_GET_METADATA|\n")
+            answer = v1.makefile("rb").readline().decode()
+        assert answer.startswith("V1|1|OK|brokers=") and up["nodes"][2]["v1"] in answer, answer
 
         # The web console of the cluster, at a running broker's HTTP listener.
         console = json.loads(_fluxctl("console", "--data-dir", data_dir, "--json").stdout)
