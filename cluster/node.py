@@ -294,7 +294,13 @@ class Node:
             # The V1 front door, registered as a listener of its own so every broker can name
             # every other's V1 address (NOT_LEADER answers, ADMIN_GET_METADATA).
             self.v1 = V1Server(
-                V1Commands(replicas=replicas, apis=apis, offsets=offsets, broker_id=config.node.id),
+                V1Commands(
+                    replicas=replicas,
+                    apis=apis,
+                    offsets=offsets,
+                    groups=groups,
+                    broker_id=config.node.id,
+                ),
                 host=config.broker.host,
                 port=config.v1.port,
                 max_line_bytes=config.v1.max_line_bytes,

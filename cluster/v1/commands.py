@@ -13,8 +13,9 @@ client reads, and a Kafka record is readable over V1.
   shown with ``%``, ``,``, ``|``, whitespace and control characters percent-encoded (``%2C``),
   so any value survives the line framing.
 - ``OFFSET group topic partition`` -> ``offset=`` (-1 when nothing is committed);
-  ``COMMIT group topic consumer_id generation partition offset`` -> ``committed=true``; with
-  generation -1 a commit without group membership (refused while the group has members).
+  ``COMMIT group topic consumer_id generation partition offset`` -> ``committed=true``,
+  checked against the member's generation; generation -1 commits without membership (refused
+  while the group has members).
 - ``ADMIN_CREATE_TOPIC topic partitions replication_factor``; ``ADMIN_GET_METADATA``.
 - ``REPLICA_FETCH topic partition replica offset`` and ``BROKER_FETCH topic partition follower
   offset [max]``: a read of this broker's replica (leader or follower) below its high watermark,
@@ -23,8 +24,9 @@ client reads, and a Kafka record is readable over V1.
 - Commands for work Flux does itself answer ``ERR|NOT_SUPPORTED`` with the reason:
   ``ADMIN_REGISTER_BROKER``, ``ADMIN_BROKER_HEARTBEAT`` (brokers register with the controller
   quorum), ``ADMIN_SET_PARTITION_LEADER`` (the controller elects leaders; ``fluxctl partition``
-  moves them), ``SET_PARTITION_ROLE`` (roles follow the metadata log). ``JOIN``, ``SYNC``,
-  ``HEARTBEAT`` and ``LEAVE`` (group membership over V1) are not served yet.
+  moves them), ``SET_PARTITION_ROLE`` (roles follow the metadata log).
+- ``JOIN``, ``SYNC``, ``HEARTBEAT``, ``LEAVE`` and ``COMMIT`` with a generation: group membership
+  (``groups.py``), served by the group's coordinator.
 
 A partition led elsewhere answers ``ERR|NOT_LEADER|... led by broker <id> at <host:port>`` with
 the leader's V1 address, so a client can go there.
@@ -41,11 +43,13 @@ from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.records import build_batch, decode_records, iter_batches
 from flux.storage import OffsetOutOfRangeError
 
+from ..groups.coordinator import GroupCoordinator
 from ..groups.offsets_client import OffsetsClient, OffsetsUnavailableError
 from ..kafka.apis import KafkaApis
 from ..replication.partition import Partition, ProducerRejectedError
 from ..replication.replica_manager import ReplicaManager
 from ..topics import InvalidTopicError, validate_topic_name
+from .groups import ASSIGNORS, V1Groups
 from .protocol import V1Error, V1Request, fnv1a_32
 
 __all__ = ["LISTENER_NAME", "V1Commands"]
@@ -65,11 +69,6 @@ _OWNED_BY_FLUX = {
     "ADMIN_SET_PARTITION_LEADER": "the controller elects partition leaders and ISRs; "
     "move leaders with fluxctl partition reassign or a preferred-leader election",
     "SET_PARTITION_ROLE": "a replica's role follows the metadata log, set by the controller",
-    "JOIN": "group membership over V1 is not served yet: use OFFSET and COMMIT (generation -1), "
-    "or a Kafka client's group",
-    "SYNC": "group membership over V1 is not served yet",
-    "HEARTBEAT": "group membership over V1 is not served yet",
-    "LEAVE": "group membership over V1 is not served yet",
 }
 
 
@@ -105,12 +104,15 @@ class V1Commands:
         replicas: ReplicaManager,
         apis: KafkaApis,
         offsets: OffsetsClient,
+        groups: GroupCoordinator,
         broker_id: int,
         produce_timeout_s: float = 30.0,
     ) -> None:
         self._replicas = replicas
         self._apis = apis
         self._offsets = offsets
+        self._coordinator = groups
+        self._groups = V1Groups(groups, broker_id=broker_id)
         self._broker_id = broker_id
         self._produce_timeout_s = produce_timeout_s
         self._commands: dict[str, Callable[[V1Request], Awaitable[dict[str, Any]]]] = {
@@ -122,6 +124,10 @@ class V1Commands:
             "ADMIN_GET_METADATA": self._metadata,
             "REPLICA_FETCH": self._replica_fetch,
             "BROKER_FETCH": self._broker_fetch,
+            "JOIN": self._join,
+            "SYNC": self._sync,
+            "HEARTBEAT": self._heartbeat,
+            "LEAVE": self._leave,
         }
 
     async def run(self, request: V1Request) -> dict[str, Any]:
@@ -284,11 +290,8 @@ class V1Commands:
         if index >= len(topic.partitions):
             raise V1Error("BAD_REQUEST", f"{name} has partitions 0..{len(topic.partitions) - 1}")
         if generation >= 0:
-            raise V1Error(
-                "GENERATION_MISMATCH",
-                f"generation {generation}: group membership over V1 is not served yet; "
-                "commit with generation -1",
-            )
+            await self._coordinating(group)
+            return await self._groups.commit(group, _consumer_id, generation, name, index, offset)
         try:
             await self._offsets.commit(group, [(name, index, offset)])
         except OffsetsUnavailableError as error:
@@ -298,6 +301,52 @@ class V1Commands:
                 ) from None
             raise V1Error("UNAVAILABLE", str(error)) from None
         return {"committed": "true"}
+
+    # -- group membership (groups.py) ----------------------------------------------------------
+
+    async def _coordinating(self, group: str) -> None:
+        """Membership commands are served by the group's coordinator only. The first one
+        creates the offsets topic, as a Kafka client's FindCoordinator does."""
+        coordinator = self._coordinator.coordinator_of(group)
+        if coordinator is None:
+            [found] = await self._coordinator.find_coordinator([(group, 0)], LISTENER_NAME)
+            coordinator = found["node_id"] if found["node_id"] >= 0 else None
+        if coordinator is None:
+            raise V1Error("UNAVAILABLE", f"group {group} has no coordinator now: try again")
+        if coordinator != self._broker_id:
+            raise V1Error(
+                "NOT_LEADER",
+                f"group {group} is coordinated by broker {coordinator} at "
+                f"{self._v1_address(coordinator)}",
+            )
+
+    async def _join(self, request: V1Request) -> dict[str, Any]:
+        args = _arity(request, 3, 4, "group topic consumer_id [assignor=range|round_robin]")
+        assignor = "range"
+        if len(args) == 4:
+            name, _, assignor = args[3].partition("=")
+            if name != "assignor" or assignor not in ASSIGNORS:
+                raise V1Error("BAD_REQUEST", "assignor must be assignor=range or round_robin")
+        await self._topic(args[1])
+        await self._coordinating(args[0])
+        return await self._groups.join(args[0], args[1], args[2], assignor, "")
+
+    async def _sync(self, request: V1Request) -> dict[str, Any]:
+        args = _arity(request, 4, 4, "group topic consumer_id generation")
+        await self._coordinating(args[0])
+        generation = _int(args[3], "generation")
+        return await self._groups.sync(args[0], args[1], args[2], generation)
+
+    async def _heartbeat(self, request: V1Request) -> dict[str, Any]:
+        args = _arity(request, 4, 4, "group topic consumer_id generation")
+        await self._coordinating(args[0])
+        return self._groups.heartbeat(args[0], args[2], _int(args[3], "generation"))
+
+    async def _leave(self, request: V1Request) -> dict[str, Any]:
+        args = _arity(request, 4, 4, "group topic consumer_id generation")
+        await self._coordinating(args[0])
+        _int(args[3], "generation")
+        return await self._groups.leave(args[0], args[2])
 
     async def _create_topic(self, request: V1Request) -> dict[str, Any]:
         args = _arity(request, 3, 3, "topic partitions replication_factor")
