@@ -13,6 +13,7 @@ import struct
 from typing import Final
 
 __all__ = [
+    "fnv1a_32",
     "murmur2",
     "partition_for_key",
     "to_positive",
@@ -59,3 +60,13 @@ def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) 
     if num_partitions <= 0:
         raise ValueError(f"num_partitions must be positive, got {num_partitions}")
     return to_positive(murmur2(key)) % num_partitions
+
+
+def fnv1a_32(data: bytes | bytearray | memoryview) -> int:
+    """32-bit FNV-1a: the FLUX V1 service's key partitioner (``fnv1a_32(key) % partitions``;
+    docs/v1-protocol.md), kept by Flux's V1 front door and V1 SDKs."""
+    value = 0x811C9DC5
+    for byte in bytes(data):
+        value ^= byte
+        value = (value * 0x01000193) & _MASK32
+    return value

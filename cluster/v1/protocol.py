@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flux.protocol.partitioner import fnv1a_32
+
 __all__ = [
     "ERROR_CODES",
     "V1Error",
@@ -92,12 +94,3 @@ def ok_line(correlation_id: str, fields: dict[str, object] | None = None) -> byt
 def error_line(correlation_id: str, code: str, message: str) -> bytes:
     flat = " ".join(message.split())  # one line, whatever the message held
     return f"{VERSION}|{correlation_id}|ERR|{code}|{flat}\n".encode()
-
-
-def fnv1a_32(data: bytes) -> int:
-    """32-bit FNV-1a: how the FLUX service chose a key's partition (``fnv1a_32(key) % N``)."""
-    value = 0x811C9DC5
-    for byte in data:
-        value ^= byte
-        value = (value * 0x01000193) & 0xFFFFFFFF
-    return value
