@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import time
 import urllib.parse
 from typing import Any
@@ -33,6 +34,8 @@ __all__ = ["FluxApi", "subscription_id_for"]
 log = logging.getLogger("flux.cluster.http_api")
 
 ADDRESS_SCHEMES = ("http", "https", "ws", "wss")
+#: A host name, an IPv4 address, or an IPv6 one (urlsplit gives it without its brackets).
+_HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+")
 START_OFFSETS_TIMEOUT_S = 15.0
 
 
@@ -51,7 +54,17 @@ def validate_address(value: Any) -> str:
         raise HttpError(400, "field 'address' must be an http(s) or ws(s) URL", field="address")
     value = normalize_address(value)
     parsed = urllib.parse.urlsplit(value)
-    if parsed.scheme not in ADDRESS_SCHEMES or not parsed.hostname or len(value) > 2048:
+    try:
+        parsed.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError:
+        raise HttpError(400, "field 'address' has a bad port", field="address") from None
+    if (
+        parsed.scheme not in ADDRESS_SCHEMES
+        or not parsed.hostname
+        or not _HOST.fullmatch(parsed.hostname)
+        or any(c.isspace() for c in value)
+        or len(value) > 2048
+    ):
         raise HttpError(400, "field 'address' must be an http(s) or ws(s) URL", field="address")
     return value
 
