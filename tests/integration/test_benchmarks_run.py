@@ -133,3 +133,10 @@ def test_security_benchmark_prints_json() -> None:
     for run in figures["runs"]:
         assert run["produce"]["delivery_errors"] == 0
         assert run["consume"]["high_watermark_records"] == figures["records"] == 50_000
+
+
+def test_v1_produce_benchmark_prints_json() -> None:
+    figures = _run("v1_produce.py", "--messages", "300", "--window", "16")
+    for front_door in ("v1", "kafka"):
+        assert figures[front_door]["acks_1_msg_per_s"] > 0
+        assert figures[front_door]["acks_all_msg_per_s"] > 0
