@@ -202,12 +202,12 @@ async function clusterPage() {
 }
 
 async function topicsPage() {
-  const [listing, cluster] = await Promise.all([api("/topics?totals=true"), api("/cluster")]);
+  // The table first; sizes and message counts (one request to each broker) fill in after.
+  const [listing, cluster] = await Promise.all([api("/topics"), api("/cluster")]);
   const states = new Map(cluster.topics.map((t) => [t.name, t.partitions]));
   const rows = listing.topics.sort((a, b) => a.name.localeCompare(b.name)).map((t) => {
     const partitions = states.get(t.name) || [];
-    return { name: t.name, partitions: t.partitions, config: t.config, size: t.size_bytes,
-             messages: t.messages,
+    return { name: t.name, partitions: t.partitions, config: t.config, messages: null,
              replication: partitions.length ? partitions[0].replicas.length : 0,
              under: partitions.filter((p) => p.leader < 0 || p.isr.length < p.replicas.length).length,
              attrs: { "data-topic": t.name } };
@@ -236,11 +236,19 @@ async function topicsPage() {
       { title: "replication", num: true, cell: (t) => t.replication },
       { title: "under-replicated", num: true, cell: (t) => h("span", { className: t.under ? "bad" : "" }, t.under) },
       { title: "messages", num: true, cell: (t) => h("span", { "data-messages": t.name }, fmt(t.messages)) },
-      { title: "size", num: true, cell: (t) => bytes(t.size) },
+      { title: "size", num: true, cell: (t) => h("span", { "data-size": t.name }, "…") },
       { title: "msg/s", num: true, cell: (t) => h("span", { "data-rate": t.name }, "…") },
       { title: "config overrides", cell: (t) => Object.entries(t.config).map(([k, v]) => h("span", { className: "badge" }, `${k}=${v}`)) },
       { title: "", cell: (t) => t.name.startsWith("__") ? h("span", { className: "muted" }, "internal") : deleteButton(t.name) },
     ], rows, { id: "topics" }));
+  api("/topics?totals=true").then((totals) => {
+    for (const t of totals.topics) {
+      const size = main.querySelector(`[data-size="${CSS.escape(t.name)}"]`);
+      if (size) size.textContent = bytes(t.size_bytes);
+      const count = main.querySelector(`[data-messages="${CSS.escape(t.name)}"]`);
+      if (count && t.messages !== null) count.textContent = fmt(t.messages);
+    }
+  }).catch(() => undefined);
   // Live: each topic's message count and rate, from one stream (one request per broker).
   const cells = new Map();
   for (const element of main.querySelectorAll("[data-rate]")) cells.set(element.dataset.rate, { rate: element, rater: rater() });
