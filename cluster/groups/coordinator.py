@@ -68,7 +68,16 @@ from .offsets_records import (
     tombstone_for_group,
     tombstone_for_offset,
 )
-from .state import Effect, Group, GroupState, Persist, Respond, ScheduleTick
+from .state import (
+    Effect,
+    Group,
+    GroupState,
+    Persist,
+    Respond,
+    ScheduleTick,
+    join_error_response,
+    sync_error_response,
+)
 
 __all__ = [
     "COMPACTED_INTERNAL_TOPICS",
@@ -435,13 +444,24 @@ class GroupCoordinator:
             self._apply_effect(group_id, effect)
 
     async def _execute(self, group_id: str, effects: list[Effect]) -> None:
-        """Effects in order; a Persist is written (acks=all) before the effects after it."""
-        for effect in effects:
+        """Effects in order; a Persist is written (acks=all) before the effects after it.
+
+        When the write fails, the answers held back behind it become that error (as Kafka
+        answers a SyncGroup whose assignment it could not store), so no caller waits forever,
+        and the group starts a new rebalance."""
+        for index, effect in enumerate(effects):
             if isinstance(effect, Persist):
                 error = await self._write(
                     group_id, [group_metadata_record(group_id, effect.record)]
                 )
                 if error != ErrorCode.NONE:
+                    answer_error = _persist_error(error)
+                    for held in effects[index + 1 :]:
+                        if isinstance(held, Respond):
+                            self._apply_effect(
+                                group_id,
+                                Respond(held.token, _error_like(held.response, answer_error)),
+                            )
                     group = self._groups.get(group_id)
                     if group is not None:
                         failed = group.persist_failed(
@@ -944,9 +964,23 @@ def _batches(records: RecordsIn) -> Iterator[Records]:
         yield chunk
 
 
-def _join_error(member_id: str, error: ErrorCode) -> dict[str, Any]:
-    from .state import join_error_response
+def _persist_error(error: ErrorCode) -> ErrorCode:
+    """The error a group member sees when its group's metadata could not be written (Kafka's
+    mapping: a slow or short ISR means the coordinator is not available, a lost leadership
+    that it is not the coordinator)."""
+    if error in (ErrorCode.NOT_COORDINATOR, ErrorCode.NOT_LEADER_OR_FOLLOWER):
+        return ErrorCode.NOT_COORDINATOR
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
+
+def _error_like(response: dict[str, Any], error: ErrorCode) -> dict[str, Any]:
+    """``error`` in the shape of ``response`` (a JoinGroup or a SyncGroup answer)."""
+    if "assignment" in response:
+        return sync_error_response(error)
+    return join_error_response(str(response.get("member_id", "")), error)
+
+
+def _join_error(member_id: str, error: ErrorCode) -> dict[str, Any]:
     return join_error_response(member_id, error)
 
 
