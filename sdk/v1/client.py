@@ -233,10 +233,14 @@ class AsyncFLUXClient(_Commands):
         self._waiting: deque[tuple[str, asyncio.Future[dict[str, str]]]] = deque()
         self._read_task: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
+        # Why the connection broke (the broker closed it or died): later commands fail at once
+        # instead of writing into a dead socket and waiting for an answer that cannot come.
+        self._broken: ConnectionError | None = None
 
     async def connect(self) -> AsyncFLUXClient:
         host, port = _split(self.address)
         self._reader, self._writer = await asyncio.open_connection(host, port, limit=1 << 22)
+        self._broken = None
         self._read_task = asyncio.create_task(self._read_answers())
         return self
 
@@ -262,6 +266,8 @@ class AsyncFLUXClient(_Commands):
     async def send_command(self, command: str, *args: Any) -> dict[str, str]:
         if self._writer is None:
             raise ConnectionError("not connected")
+        if self._broken is not None:
+            raise ConnectionError(str(self._broken))
         correlation_id = str(next(self._ids))
         future: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
         self._waiting.append((correlation_id, future))
@@ -290,7 +296,8 @@ class AsyncFLUXClient(_Commands):
                 except (FLUXProtocolError, ConnectionError) as error:
                     future.set_exception(error)
         except (ConnectionError, OSError) as error:
-            self._fail(ConnectionError(str(error)))
+            self._broken = ConnectionError(f"{self.address}: {error}")
+            self._fail(self._broken)
 
     def _fail(self, error: Exception) -> None:
         while self._waiting:

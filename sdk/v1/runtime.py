@@ -220,12 +220,16 @@ class AsyncConsumer:
                 self._coordinator = address
                 return result
             except FLUXProtocolError as error:
-                if error.code == "NOT_LEADER" and error.leader_address and attempt < 3:
-                    self._coordinator = error.leader_address
-                elif error.code == "UNAVAILABLE" and attempt < self._max_retries:
-                    await asyncio.sleep(self._retry_backoff_ms / 1000)
-                else:
+                if error.code not in ("NOT_LEADER", "UNAVAILABLE") or attempt >= self._max_retries:
                     raise
+                if error.code == "NOT_LEADER":
+                    # Go where the answer points (it may name a broker that just died: the
+                    # connection error then moves on), else to the next broker.
+                    self._coordinator = error.leader_address
+                    if self._coordinator is None:
+                        self._runtime._next += 1
+                if attempt:  # the first redirect goes at once; a second one waits
+                    await asyncio.sleep(self._retry_backoff_ms / 1000)
             except (ConnectionError, OSError):
                 if attempt >= self._max_retries:
                     raise

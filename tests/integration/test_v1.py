@@ -9,12 +9,15 @@ keeps working.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from click.testing import CliRunner
+from flux.cli.main import main as fluxctl
 from flux.cluster.launcher import NodeProcess
 from flux.cluster.v1.protocol import fnv1a_32
 
@@ -486,6 +489,24 @@ def test_a_v1_group_of_three_rebalances_when_one_leaves(
         finally:
             client.close()
 
+        # The V1 group is a Flux consumer group: fluxctl describes it like any other.
+        bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+        result = CliRunner().invoke(
+            fluxctl, ["group", "describe", group, "--json", "--bootstrap", bootstrap]
+        )
+        assert result.exit_code == 0, (result.output, result.exception)
+        described = json.loads(result.stdout)
+        assert described["state"] == "Stable" and described["protocol_type"] == "consumer"
+        assert sorted(m["client_id"] for m in described["members"]) == [
+            "v1-consumer-0", "v1-consumer-1", "v1-consumer-2"
+        ]  # fmt: skip
+        assert sorted(
+            p for m in described["members"] for p in m["assignment"].get(TOPIC, [])
+        ) == [0, 1, 2]
+        rows = {row["partition"]: row for row in described["partitions"] if row["topic"] == TOPIC}
+        assert rows[0]["committed_offset"] == 3
+        assert rows[0]["client_id"].startswith("v1-consumer-")
+
         members[2].stopping.set()
         members[2].join(30)
         second = wait_until(lambda: settled(members[:2]), timeout_s=60)
@@ -500,7 +521,6 @@ def test_a_v1_group_of_three_rebalances_when_one_leaves(
 
 
 def _describe(node: NodeProcess, group: str) -> tuple[int, dict]:
-    import json
     import urllib.request
 
     with urllib.request.urlopen(

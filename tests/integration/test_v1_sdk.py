@@ -1,6 +1,7 @@
 """The Python V1 SDK (flux.sdk.v1) against a real 3-node cluster: the low-level clients (blocking
 and pipelined asyncio), the runtime producer routing by metadata, a runtime consumer group, and
-the runtime producer through a leader's SIGKILL with nothing acknowledged lost."""
+the runtime producer and consumer through a SIGKILL of a leader that also coordinates the
+group, with nothing acknowledged lost."""
 
 from __future__ import annotations
 
@@ -171,20 +172,42 @@ def test_the_runtime_produces_by_metadata_and_a_group_consumes_everything(
     assert committed == 300  # auto-commit reached every partition's end
 
 
-def test_the_runtime_producer_survives_a_leader_sigkill(tmp_path) -> None:
+def test_the_runtime_producer_and_consumer_survive_a_leader_sigkill(tmp_path) -> None:
+    """A runtime consumer reads while the runtime producer sends; the broker that coordinates
+    the group and leads a partition is SIGKILLed halfway. Both rotate (NOT_LEADER, a broken
+    connection) and go on: every acknowledged record is stored and handed to the consumer,
+    and the group's committed offsets reach every partition's end at the new coordinator."""
     processes = _cluster(tmp_path / "kill")
     try:
         with FLUXClient(processes[0].ready["v1"]) as client:
             _create(client, "sdk-kill", partitions=3)
-            leaders = client.admin_get_metadata()["leaders"]
-        victim = next(p for p in processes if p.node_id == leaders[("sdk-kill", 0)])
-        survivors = [p for p in processes if p is not victim]
+        addresses = [p.ready["v1"] for p in processes]
 
-        async def produce_through_the_kill() -> list[tuple[dict[str, int], str]]:
-            runtime = AsyncFLUXRuntime([p.ready["v1"] for p in processes])
+        async def through_the_kill() -> tuple[list[tuple[dict[str, int], str]], set[str], int]:
+            runtime = AsyncFLUXRuntime(addresses)
             producer = runtime.producer(max_retries=30, retry_backoff_ms=100, batch_size=20)
+            consumer_runtime = AsyncFLUXRuntime(addresses)
+            consumer = consumer_runtime.consumer(
+                group_id="sdk-kill-group",
+                consumer_id="survivor",
+                heartbeat_interval_ms=200,
+                max_retries=60,
+                retry_backoff_ms=100,
+            )
+            consumer.subscribe("sdk-kill")
+            seen: set[str] = set()
             acknowledged: list[tuple[dict[str, int], str]] = []
+            reading = asyncio.ensure_future(
+                consumer.run(lambda message: seen.add(message["value"]))
+            )
             try:
+                await _until(lambda: consumer.generation >= 0 and consumer.assigned, reading)
+                coordinator = consumer._coordinator
+                victim = next(p for p in processes if p.ready["v1"] == coordinator)
+                metadata = await runtime.metadata(refresh=True)
+                led = [p for (t, p), n in metadata["leaders"].items()
+                       if t == "sdk-kill" and n == victim.node_id]  # fmt: skip
+                assert led, "the coordinator leads a partition of sdk-kill too"
                 for round_ in range(20):
                     if round_ == 5:
                         victim.kill()
@@ -195,24 +218,37 @@ def test_the_runtime_producer_survives_a_leader_sigkill(tmp_path) -> None:
                     acknowledged += [
                         (r, m["value"]) for r, m in zip(results, messages, strict=True)
                     ]
+                wanted = {value for _, value in acknowledged}
+                await _until(lambda: wanted <= seen, reading, timeout_s=90)
+                await consumer.disconnect()
+                await reading
             finally:
+                reading.cancel()
                 await runtime.close()
-            return acknowledged
+                await consumer_runtime.close()
+            return acknowledged, seen, victim.node_id
 
-        acknowledged = asyncio.run(produce_through_the_kill())
+        acknowledged, seen, victim_id = asyncio.run(through_the_kill())
         assert len(acknowledged) == 400
+        survivors = [p for p in processes if p.node_id != victim_id]
         with FLUXClient(survivors[0].ready["v1"]) as client:
-            wait_until(
-                lambda: client.admin_get_metadata()["leaders"][("sdk-kill", 0)] != victim.node_id
-            )
-            metadata = client.admin_get_metadata()
+
+            def moved() -> dict | None:
+                metadata = client.admin_get_metadata()
+                led = [metadata["leaders"][("sdk-kill", p)] for p in range(3)]
+                return metadata if not {-1, victim_id} & set(led) else None
+
+            metadata = wait_until(moved)
         stored: dict[tuple[int, int], str] = {}
+        ends: dict[int, int] = {}
         for partition in range(3):
             leader = metadata["brokers"][metadata["leaders"][("sdk-kill", partition)]]
             with FLUXClient(leader) as at_leader:
                 offset = 0
                 while True:
-                    records, high_watermark = at_leader.consume("sdk-kill", partition, offset, 1000)
+                    records, ends[partition] = at_leader.consume(
+                        "sdk-kill", partition, offset, 1000
+                    )
                     stored.update({(partition, o): v for o, v in records})
                     if not records:
                         break
@@ -223,9 +259,38 @@ def test_the_runtime_producer_survives_a_leader_sigkill(tmp_path) -> None:
             if stored.get((result["partition"], result["offset"])) != value
         ]
         assert not lost, f"{len(lost)} acknowledged records lost: {lost[:5]}"
+        assert {value for _, value in acknowledged} <= seen
+        with FLUXClient(survivors[0].ready["v1"]) as client:
+            committed = {
+                p: _committed_anywhere(client, "sdk-kill-group", "sdk-kill", p) for p in range(3)
+            }
+        assert committed == ends, (committed, ends)  # auto-commit reached every end
     finally:
         for process in processes:
             process.stop(timeout_s=10.0)
+
+
+async def _until(check, task: asyncio.Future, *, timeout_s: float = 30.0) -> None:
+    """Wait for ``check()``; fail early with the consumer's error if ``task`` ended."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        if task.done():
+            task.result()
+            raise AssertionError("the consumer stopped")
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+def _committed_anywhere(client: FLUXClient, group: str, topic: str, partition: int) -> int:
+    """The group's committed offset, asked of whichever broker coordinates it now."""
+    try:
+        return client.offset(group, topic, partition)
+    except FLUXProtocolError as error:
+        if error.code != "NOT_LEADER" or not error.leader_address:
+            raise
+        address = error.leader_address
+    with FLUXClient(address) as coordinator:
+        return coordinator.offset(group, topic, partition)
 
 
 def _partition(key: str, partitions: int) -> int:

@@ -85,15 +85,36 @@ test("the runtime produces and a consumer group reads it all", live, async () =>
   assert.equal(seen.size, 150);
 });
 
-test("the runtime producer survives a leader SIGKILL", { ...live, skip: process.env.FLUX_V1_VICTIMS ? live.skip : "FLUX_V1_VICTIMS is not set" }, async () => {
+/** The broker coordinating `group`: the one that answers OFFSET (the others name it). */
+async function coordinatorOf(client: FLUXClient, group: string, topic: string): Promise<string> {
+  try {
+    await client.offset(group, topic, 0);
+    return client.address;
+  } catch (error) {
+    if (error instanceof FLUXProtocolError && error.code === "NOT_LEADER" && error.leaderAddress) return error.leaderAddress;
+    throw error;
+  }
+}
+
+test("the runtime producer and consumer survive a SIGKILL of a leader that coordinates the group", { ...live, skip: process.env.FLUX_V1_VICTIMS ? live.skip : "FLUX_V1_VICTIMS is not set" }, async () => {
+  const group = "ts-kill-group";
   const admin = new FLUXClient(brokers[0]);
   await admin.connect();
   await createTopic(admin, "ts-kill", 3);
   const metadata = await admin.adminGetMetadata();
+  const coordinator = await waitFor(() => coordinatorOf(admin, group, "ts-kill"));
   admin.close();
-  // FLUX_V1_VICTIMS: "<node id>=<pid>,...": kill the leader of partition 0.
+  // FLUX_V1_VICTIMS: "<node id>=<pid>,...": kill the group's coordinator, a partition leader too.
   const pids = new Map((process.env.FLUX_V1_VICTIMS ?? "").split(",").map((e) => e.split("=").map(Number) as [number, number]));
-  const victim = metadata.leaders.get("ts-kill/0")!;
+  const victim = [...metadata.brokers].find(([, address]) => address === coordinator)![0];
+  assert.ok([0, 1, 2].some((p) => metadata.leaders.get(`ts-kill/${p}`) === victim), "the coordinator leads a partition of ts-kill");
+  const consumerRuntime = new FLUXRuntime({ brokers });
+  const consumer = consumerRuntime.consumer({ groupId: group, consumerId: "survivor", heartbeatIntervalMs: 200, maxRetries: 60, retryBackoffMs: 100 });
+  consumer.subscribe({ topic: "ts-kill" });
+  const seen = new Set<string>();
+  let readError: unknown;
+  const reading = consumer.run({ eachMessage: (m) => { seen.add(m.value); } }).catch((error) => { readError = error; return 0; });
+  await waitFor(async () => (consumer.assigned.length === 3 || readError !== undefined ? true : undefined));
   const runtime = new FLUXRuntime({ brokers });
   // Generous retries: after the kill the new leader waits for a follower back in its ISR.
   const producer = runtime.producer({ maxRetries: 60, retryBackoffMs: 100, batchSize: 20 });
@@ -105,22 +126,36 @@ test("the runtime producer survives a leader SIGKILL", { ...live, skip: process.
     results.forEach((r, i) => acknowledged.push([r.partition, r.offset, messages[i].value]));
   }
   runtime.disconnect();
-  const survivor = new FLUXClient(brokers.find((b) => b !== metadata.brokers.get(victim))!);
+  await waitFor(async () => (readError !== undefined || acknowledged.every(([, , v]) => seen.has(v)) ? true : undefined), 90000);
+  assert.equal(readError, undefined);
+  await consumer.disconnect();
+  await reading;
+  consumerRuntime.disconnect();
+  const survivor = new FLUXClient(brokers.find((b) => b !== coordinator)!);
   await survivor.connect();
   const after = await waitFor(async () => {
     const m = await survivor.adminGetMetadata();
-    return m.leaders.get("ts-kill/0") !== victim ? m : undefined;
+    return [0, 1, 2].every((p) => ![-1, victim].includes(m.leaders.get(`ts-kill/${p}`) ?? -1)) ? m : undefined;
   });
-  survivor.close();
   const stored = new Map<string, string>();
+  const ends: number[] = [];
   for (const partition of [0, 1, 2]) {
     const leader = new FLUXClient(after.brokers.get(after.leaders.get(`ts-kill/${partition}`)!)!);
     await leader.connect();
-    const { messages } = await leader.consume("ts-kill", partition, 0, 1000);
+    const { messages, hw } = await leader.consume("ts-kill", partition, 0, 1000);
     for (const [offset, value] of messages) stored.set(`${partition}/${offset}`, value);
+    ends.push(hw);
     leader.close();
   }
   const lost = acknowledged.filter(([p, o, v]) => stored.get(`${p}/${o}`) !== v);
   assert.equal(acknowledged.length, 300);
   assert.deepEqual(lost, []);
+  // Auto-commit reached every partition's end, at whichever broker coordinates the group now.
+  const now = new FLUXClient(await coordinatorOf(survivor, group, "ts-kill"));
+  survivor.close();
+  await now.connect();
+  const committed = [];
+  for (const partition of [0, 1, 2]) committed.push(await now.offset(group, "ts-kill", partition));
+  now.close();
+  assert.deepEqual(committed, ends);
 });
