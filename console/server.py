@@ -47,6 +47,9 @@ class Console:
         self._interval_s = interval_s
         self._streams: set[web.StreamResponse] = set()
         self._closing = asyncio.Event()
+        # Streams asking for the same topics and groups share one snapshot per half interval:
+        # key -> (when it was started, the snapshot being computed or computed).
+        self._shared: dict[tuple[Any, ...], tuple[float, asyncio.Future[dict[str, Any]]]] = {}
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -90,7 +93,7 @@ class Console:
         self._streams.add(response)
         try:
             while not self._closing.is_set():
-                event = await self.snapshot(topics, groups, every_topic=every_topic)
+                event = await self.shared_snapshot(topics, groups, every_topic=every_topic)
                 await response.write(f"data: {json.dumps(event)}\n\n".encode())
                 try:
                     await asyncio.wait_for(self._closing.wait(), self._interval_s)
@@ -101,6 +104,24 @@ class Console:
         finally:
             self._streams.discard(response)
         return response
+
+    async def shared_snapshot(
+        self, topics: list[str], groups: list[str], *, every_topic: bool = False
+    ) -> dict[str, Any]:
+        """``snapshot``, shared by the streams that ask for the same topics and groups within
+        half an interval (many open pages cost one set of reads per tick, not one each)."""
+        key = (tuple(dict.fromkeys(topics)), tuple(dict.fromkeys(groups)), every_topic)
+        now = time.monotonic()
+        entry = self._shared.get(key)
+        if entry is None or now - entry[0] >= self._interval_s / 2:
+            for stale in [k for k, (at, _) in self._shared.items() if now - at >= self._interval_s]:
+                del self._shared[stale]
+            entry = (
+                now,
+                asyncio.ensure_future(self.snapshot(topics, groups, every_topic=every_topic)),
+            )
+            self._shared[key] = entry
+        return await asyncio.shield(entry[1])
 
     async def snapshot(
         self, topics: list[str], groups: list[str], *, every_topic: bool = False

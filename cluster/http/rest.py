@@ -491,12 +491,7 @@ class RestApi(HttpApiBase):
         """Counts an operator watches: brokers (and fenced ones), partitions, those whose ISR
         is short of their replicas, those without a leader; the active controller."""
         image = self._image
-        partitions = under = offline = 0
-        for topic in image.topics.values():
-            for state in topic.partitions:
-                partitions += 1
-                under += len(state.isr) < len(state.replicas)
-                offline += state.leader < 0
+        partitions, under, offline = self._partition_health(image)
         return {
             "brokers": len(image.brokers),
             "fenced": sum(1 for broker in image.brokers.values() if broker.fenced),
@@ -507,6 +502,24 @@ class RestApi(HttpApiBase):
             "controller_id": self.controller_id(),
             "requests": self._metrics.requests_total(),
         }
+
+    def _partition_health(self, image: Any) -> tuple[int, int, int]:
+        """(partitions, under-replicated, offline) of ``image``: counted once per metadata
+        image (an image never changes; a new version is a new image), so the console's event
+        streams, which ask every second, cost nothing per partition while the cluster is
+        unchanged."""
+        cached: tuple[Any, tuple[int, int, int]] | None = getattr(self, "_health_cache", None)
+        if cached is not None and cached[0] is image:
+            return cached[1]
+        partitions = under = offline = 0
+        for topic in image.topics.values():
+            for state in topic.partitions:
+                partitions += 1
+                under += len(state.isr) < len(state.replicas)
+                offline += state.leader < 0
+        counts = (partitions, under, offline)
+        self._health_cache = (image, counts)
+        return counts
 
     async def _cluster(self, request: web.Request, body: dict[str, Any]) -> Any:
         image = self._image
