@@ -80,6 +80,58 @@ def test_http_id_is_stored_once(nodes: list[NodeProcess]) -> None:
     assert [(m["id"], m["value"]) for m in stored] == [("same", "one")]
 
 
+def test_ids_repeated_in_one_request_and_concurrent_publishes_are_stored_once(
+    nodes: list[NodeProcess],
+) -> None:
+    """Records that meet in one append (a request's records, concurrent publishes) go in one
+    batch: each id is still stored once, and every repeat gets its original's offset."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _create(nodes[0], "dedup-batch", partitions=1)
+    status, answer = call(
+        nodes[1],
+        "POST",
+        "/topics/dedup-batch/messages",
+        {
+            "messages": [
+                {"value": "a", "id": "id-a"},
+                {"value": "b", "id": "id-b"},
+                {"value": "a again", "id": "id-a"},
+                {"value": "plain"},
+                {"value": "b again", "id": "id-b"},
+            ]
+        },
+    )
+    assert status == 200, answer
+    offsets = [(o["offset"], o["duplicate"]) for o in answer["offsets"]]
+    base = offsets[0][0]
+    assert offsets == [
+        (base, False), (base + 1, False), (base, True), (base + 2, False), (base + 1, True)
+    ]  # fmt: skip
+
+    def publish(index: int) -> tuple[int, dict]:
+        body = {"id": "burst" if index % 2 else f"own-{index}", "message": f"m{index}",
+                "topic": "dedup-batch"}  # fmt: skip
+        return call(nodes[index % 3], "POST", "/publish", body)
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(publish, range(32)))
+    assert all(status == 200 for status, _ in answers), answers
+    burst = [a for i, (_, a) in enumerate(answers) if i % 2]
+    assert len({a["offset"] for a in burst}) == 1  # every repeat names the one stored
+    assert sum(not a["duplicate"] for a in burst) == 1
+    own = [a["offset"] for i, (_, a) in enumerate(answers) if not i % 2]
+    assert len(set(own)) == 16 and not any(
+        a["duplicate"] for i, (_, a) in enumerate(answers) if not i % 2
+    )
+    stored = _read_all(nodes[0], "dedup-batch", 0)
+    ids = [m["id"] for m in stored if m["value"] != "plain"]  # a plain one gets a made-up id
+    assert sorted(ids) == sorted(["id-a", "id-b", "burst", *(f"own-{i}" for i in range(0, 32, 2))])
+    by_offset = {m["offset"]: m for m in stored}
+    assert by_offset[base]["value"] == "a" and by_offset[base + 2]["value"] == "plain"
+    assert by_offset[burst[0]["offset"]]["id"] == "burst"
+
+
 def test_rest_produce_with_key_headers_and_offset_ranges(nodes: list[NodeProcess]) -> None:
     _create(nodes[0], "events", partitions=3)
     messages = [
