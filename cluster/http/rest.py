@@ -13,13 +13,14 @@ from typing import Any
 
 from aiohttp import web
 from flux.protocol.errors import ErrorCode
-from flux.protocol.records import Header, decode_records, iter_batches
-from flux.storage import OffsetOutOfRangeError, PartitionLog
+from flux.protocol.records import Header, decode_records
+from flux.storage import PartitionLog
 from flux.storage.compaction.planner import dirty_ratio
 
 from ..groups.offsets_client import OffsetsUnavailableError, describe_json
 from ..replication.partition import Partition
 from ..replication.peers import FORWARDED_HEADER, PeerUnavailableError
+from ..replication.reads import committed_records
 from ..topics import InvalidTopicError, validate_topic_name
 from .common import (
     NOT_LEADER_STATUS,
@@ -365,31 +366,13 @@ class RestApi(HttpApiBase):
                 log_start_offset=start,
                 high_watermark=high_watermark,
             )
-        messages = answer["messages"]
-        position = offset
-        while position < high_watermark and len(messages) < limit:
-            try:
-                data = partition.log.read(position, READ_MAX_BYTES, max_offset=high_watermark)
-            except OffsetOutOfRangeError:
-                break
-            before = position
-            for header, raw in iter_batches(data):
-                if header.is_control:
-                    position = max(position, header.next_offset)
-                    continue
-                for record in decode_records(bytes(raw), verify_crc=False):
-                    if record.offset < position or record.offset >= high_watermark:
-                        continue
-                    if len(messages) >= limit:
-                        break
-                    messages.append(message_json(record, partition.topic, partition.index))
-                    position = record.offset + 1
-                if len(messages) >= limit:
-                    break
-                position = max(position, min(header.next_offset, high_watermark))
-            if position == before:
-                break
-        answer["next_offset"] = position
+        records, next_offset = committed_records(
+            partition, offset, limit, upto=high_watermark, read_max_bytes=READ_MAX_BYTES
+        )
+        answer["messages"] = [
+            message_json(record, partition.topic, partition.index) for record in records
+        ]
+        answer["next_offset"] = next_offset
         return answer
 
     # -- groups -------------------------------------------------------------------------------

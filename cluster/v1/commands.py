@@ -40,13 +40,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from flux.protocol.errors import CorruptRecordError, ErrorCode
-from flux.protocol.records import build_batch, decode_records, iter_batches
-from flux.storage import OffsetOutOfRangeError
+from flux.protocol.records import build_batch
 
 from ..groups.coordinator import GroupCoordinator
 from ..groups.offsets_client import OffsetsClient, OffsetsUnavailableError
 from ..kafka.apis import KafkaApis
 from ..replication.partition import Partition, ProducerRejectedError
+from ..replication.reads import committed_records
 from ..replication.replica_manager import ReplicaManager
 from ..topics import InvalidTopicError, validate_topic_name
 from .groups import ASSIGNORS, V1Groups
@@ -231,33 +231,15 @@ class V1Commands:
         start = partition.log.log_start_offset
         if not start <= offset <= upto:
             raise V1Error("BAD_REQUEST", f"offset {offset} is outside {start}..{upto}")
-        records: list[tuple[int, bytes | None]] = []
-        position = offset
-        while position < upto and len(records) < limit:
-            try:
-                data = partition.log.read(position, READ_MAX_BYTES, max_offset=upto)
-            except OffsetOutOfRangeError:
-                break
-            except OSError as error:
-                raise V1Error("UNAVAILABLE", f"storage error: {error}") from None
-            before = position
-            try:
-                for header, raw in iter_batches(data):
-                    if header.is_control:
-                        position = max(position, header.next_offset)
-                        continue
-                    for record in decode_records(bytes(raw), verify_crc=False):
-                        if position <= record.offset < upto and len(records) < limit:
-                            records.append((record.offset, record.value))
-                            position = record.offset + 1
-                    if len(records) >= limit:
-                        break
-                    position = max(position, min(header.next_offset, upto))
-            except CorruptRecordError as error:
-                raise V1Error("UNAVAILABLE", f"unreadable batch: {error}") from None
-            if position == before:
-                break
-        return records
+        try:
+            records, _ = committed_records(
+                partition, offset, limit, upto=upto, read_max_bytes=READ_MAX_BYTES
+            )
+        except OSError as error:
+            raise V1Error("UNAVAILABLE", f"storage error: {error}") from None
+        except CorruptRecordError as error:
+            raise V1Error("UNAVAILABLE", f"unreadable batch: {error}") from None
+        return [(record.offset, record.value) for record in records]
 
     async def _consume(self, request: V1Request) -> dict[str, Any]:
         args = _arity(request, 3, 4, "topic partition offset [max]")
