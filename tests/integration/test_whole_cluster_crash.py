@@ -223,6 +223,9 @@ def test_fluxctl_restarts_keep_ports_and_state(tmp_path: Path) -> None:
         assert _status(cluster_dir)["bootstrap_servers"] == bootstrap
         for node in nodes:
             node.wait_ready(10)
+        # The high watermark restarts from its checkpoint and moves once the followers have
+        # fetched again: read up to it when every replica is back in sync, not before.
+        wait_until(lambda: all(len(isr) == 3 for isr in isrs(nodes[0]).values()), timeout_s=60)
         read = read_all(bootstrap, high_watermarks(nodes[0]))
         check_nothing_lost(acknowledged, read)
         more = produce_acknowledged(bootstrap, 300, prefix="after")
