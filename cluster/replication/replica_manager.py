@@ -84,9 +84,6 @@ MAX_REMEMBERED_TOPIC_CONFIGS = 1024
 #: directories and first segment files created on the file worker thread before it is applied
 #: (``prepare_image``); fewer are created inline, as part of applying it.
 PREPARE_OFF_LOOP_MIN = 32
-#: A flush pass whose checkpoints hold at least this many entries writes them on the file
-#: worker thread instead of the event loop.
-BACKGROUND_CHECKPOINT_MIN = 1000
 
 log = logging.getLogger("flux.cluster.replicas")
 
@@ -878,9 +875,10 @@ class ReplicaManager:
         """Apply each changed log's ``flush.ms`` policy, then checkpoint recovery points, high
         watermarks and producer states that moved (by these flushes, by ``flush.messages``,
         or by segment rolls). Visits only the partitions that changed since the last run, and
-        those whose ``flush.ms`` is still counting. The checkpoints are taken here; big ones
-        are written (JSON, LMDB, fsync) on the file worker thread when an event loop runs:
-        after a burst over 10,000 partitions that was most of a second of the loop's time."""
+        those whose ``flush.ms`` is still counting. The checkpoints are taken here and written
+        (JSON, LMDB, fsync) on the file worker thread when an event loop runs: after a burst
+        over 10,000 partitions that was most of a second of the loop's time, and even a small
+        one's fsync stalled the loop for tens of milliseconds."""
         due, self._flush_due = self._flush_due, set()
         if self.offline_error is not None:
             return  # nothing is written to an offline directory, checkpoints included
@@ -893,13 +891,11 @@ class ReplicaManager:
                     self._flush_due.add(partition)
             except OSError:
                 log.exception("flush of %s-%d failed", partition.topic, partition.index)
-        taken = self._take_checkpoints(due)
-        pending = self._checkpoint_job is not None and not self._checkpoint_job.done()
-        # Small checkpoints are written here (a worker thread would contend for the GIL with
-        # the event loop for nothing); big ones, and any behind a job still running (they
-        # keep their order), on the file worker.
-        big = sum(len(kind) for kind in taken) >= BACKGROUND_CHECKPOINT_MIN
-        self._write_checkpoints(taken, background=big or pending)
+        # Written on the file worker, small ones too: each kind is one LMDB commit with an
+        # fsync, 20-60 ms on this disk, which py-lmdb waits for without the GIL, so the event
+        # loop goes on serving meanwhile (on the loop those commits were the acks=all latency
+        # tail of a paced run: benchmarks/stallwatch). The worker's jobs keep their order.
+        self._write_checkpoints(self._take_checkpoints(due), background=True)
 
     def _take_checkpoints(self, partitions: Iterable[Partition] | None) -> _Checkpoints:
         """What moved since the last checkpoint, among ``partitions`` (default: all):
