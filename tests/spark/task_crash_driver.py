@@ -40,16 +40,32 @@ class KillingWriter(FluxStreamWriter):
         return super().write(self._then_die(iterator))
 
     def _then_die(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        yield from iterator
-        # Every row was handed to the producer: wait until some are in the log, then die
-        # before the writer commits the transaction.
+        mine: set[bytes] = set()
+        for row in iterator:
+            mine.add(str(row["value"]).encode())
+            yield row
+        # Every row was handed to the producer: wait until one of THIS task's rows is in the
+        # log (the other task's commits move the high watermarks too), then die before the
+        # writer commits the transaction.
         deadline = time.monotonic() + 60
         with SimpleConsumer(self.bootstrap) as consumer:
-            while time.monotonic() < deadline:
-                if sum(consumer.high_watermarks(self.sink).values()) > 0:
-                    break
+            while time.monotonic() < deadline and not self._any_in_log(consumer, mine):
                 time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGKILL)
+
+    def _any_in_log(self, consumer: SimpleConsumer, values: set[bytes]) -> bool:
+        """Whether the sink holds one of ``values`` (read_uncommitted: open transactions
+        included)."""
+        for partition in consumer.partitions(self.sink):
+            offset = 0
+            while True:
+                records = consumer.fetch(self.sink, partition, offset, max_wait_ms=0)
+                if not records:
+                    break
+                if any(record.value in values for record in records):
+                    return True
+                offset = records[-1].offset + 1
+        return False
 
 
 class KillingSource(FluxDataSource):
