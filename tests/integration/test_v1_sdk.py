@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from flux.cluster.launcher import NodeProcess, local_cluster_configs
+from flux.cluster.launcher import NodeProcess
 from flux.sdk.v1 import (
     AsyncFLUXClient,
     AsyncFLUXRuntime,
@@ -19,39 +20,25 @@ from flux.sdk.v1 import (
     FLUXRuntime,
 )
 
-from tests.conftest import FAST_FAILURE_DETECTION
 from tests.integration.helpers import wait_until
+from tests.integration.http_helpers import running_cluster
 
 pytestmark = pytest.mark.integration
 
 
-def _cluster(root, **sections) -> list[NodeProcess]:
-    processes = local_cluster_configs(
-        root,
-        3,
-        extra={
-            **FAST_FAILURE_DETECTION,
-            "broker": {**FAST_FAILURE_DETECTION["broker"], "group_initial_rebalance_delay_ms": 0},
-            "topic": {"replication_factor": 3, "min_insync_replicas": 2},
-            "v1": {"port": 0},
-            **sections,
-        },
-    )
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.wait_ready()
-    return processes
+#: The sections of the clusters these tests (and test_v1_typescript.py) run: a V1 listener,
+#: replicated topics, groups that rebalance at once.
+V1_CLUSTER: dict[str, dict[str, Any]] = {
+    "broker": {"group_initial_rebalance_delay_ms": 0},
+    "topic": {"replication_factor": 3, "min_insync_replicas": 2},
+    "v1": {"port": 0},
+}
 
 
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
-    processes = _cluster(tmp_path_factory.mktemp("v1-sdk"))
-    try:
+    with running_cluster(tmp_path_factory.mktemp("v1-sdk"), **V1_CLUSTER) as processes:
         yield processes
-    finally:
-        for process in processes:
-            process.stop(timeout_s=10.0)
 
 
 def _addresses(nodes: list[NodeProcess]) -> list[str]:
@@ -177,8 +164,7 @@ def test_the_runtime_producer_and_consumer_survive_a_leader_sigkill(tmp_path) ->
     the group and leads a partition is SIGKILLed halfway. Both rotate (NOT_LEADER, a broken
     connection) and go on: every acknowledged record is stored and handed to the consumer,
     and the group's committed offsets reach every partition's end at the new coordinator."""
-    processes = _cluster(tmp_path / "kill")
-    try:
+    with running_cluster(tmp_path / "kill", **V1_CLUSTER) as processes:
         with FLUXClient(processes[0].ready["v1"]) as client:
             _create(client, "sdk-kill", partitions=3)
         addresses = [p.ready["v1"] for p in processes]
@@ -265,9 +251,6 @@ def test_the_runtime_producer_and_consumer_survive_a_leader_sigkill(tmp_path) ->
                 p: _committed_anywhere(client, "sdk-kill-group", "sdk-kill", p) for p in range(3)
             }
         assert committed == ends, (committed, ends)  # auto-commit reached every end
-    finally:
-        for process in processes:
-            process.stop(timeout_s=10.0)
 
 
 async def _until(check, task: asyncio.Future, *, timeout_s: float = 30.0) -> None:

@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from flux.cluster.launcher import local_cluster_configs
 
-from tests.conftest import FAST_FAILURE_DETECTION
+from tests.integration.http_helpers import running_cluster
+from tests.integration.test_v1_sdk import V1_CLUSTER
 
 pytestmark = pytest.mark.integration
 
@@ -29,21 +29,7 @@ def test_the_typescript_sdk_under_node_test(tmp_path: Path) -> None:
         [tsc, "-p", str(SDK), "--outDir", str(build)], capture_output=True, text=True, timeout=300
     )
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    nodes = local_cluster_configs(
-        tmp_path / "cluster",
-        3,
-        extra={
-            **FAST_FAILURE_DETECTION,
-            "broker": {**FAST_FAILURE_DETECTION["broker"], "group_initial_rebalance_delay_ms": 0},
-            "topic": {"replication_factor": 3, "min_insync_replicas": 2},
-            "v1": {"port": 0},
-        },
-    )
-    try:
-        for process in nodes:
-            process.start()
-        for process in nodes:
-            process.wait_ready()
+    with running_cluster(tmp_path / "cluster", **V1_CLUSTER) as nodes:
         env = {
             "PATH": "/usr/bin:/bin",
             "FLUX_V1_BROKERS": ",".join(process.ready["v1"] for process in nodes),
@@ -61,6 +47,3 @@ def test_the_typescript_sdk_under_node_test(tmp_path: Path) -> None:
         assert "# pass 5" in report and "# skipped 0" in report, report[-2000:]
         # The SIGKILL test did kill a partition leader.
         assert sum(not process.is_running() for process in nodes) == 1
-    finally:
-        for process in nodes:
-            process.stop(timeout_s=10.0)
