@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol auth storage cluster controller sdk cli chaos spark console tests benchmarks examples
+	$(BIN)/ruff check protocol auth storage cluster controller sdk cli chaos spark console registry tests benchmarks examples
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/produce_consume.py

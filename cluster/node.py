@@ -59,6 +59,7 @@ from .v1.server import V1Server
 
 if TYPE_CHECKING:
     from flux.console import Console
+    from flux.registry import SchemaRegistry
 
 __all__ = ["Node", "run_node"]
 
@@ -86,6 +87,7 @@ class Node:
         self.peers: BrokerPeers | None = None
         self.http_api: HttpApi | None = None
         self.console: Console | None = None
+        self.registry: SchemaRegistry | None = None
         self.v1: V1Server | None = None
         self.heap: HeapPolicy | None = None
         self.push: PushManager | None = None
@@ -254,12 +256,17 @@ class Node:
         from flux.console import Console
 
         self.console = Console(http_api)
+        # The schema registry, too, mounts here and stores its records in a topic.
+        from flux.registry import SchemaRegistry
+
+        self.registry = SchemaRegistry(http_api)
+        apis.record_validator = self.registry.validation
         self.http = BrokerHttpServer(
             host=config.broker.host,
             port=config.broker.http_port,
             health=self._health,
             replication=replicas,
-            routes=[*http_api.routes(), *self.console.routes()],
+            routes=[*http_api.routes(), *self.console.routes(), *self.registry.routes()],
             ssl_context=self.internal.server_ssl,
             middlewares=[*self.internal.middlewares(), *http_auth.middlewares()],
         )

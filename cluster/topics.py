@@ -81,6 +81,8 @@ class TopicConfig:
         defaults = {"message_ttl_ms": -1, **_COMPACTION_DEFAULTS, **topic_defaults}
         values = {key: _config_text(defaults[name]) for key, name in _DEFAULT_KEYS.items()}
         values["max.message.bytes"] = str(message_max_bytes)
+        values["confluent.value.schema.validation"] = "false"
+        values["confluent.key.schema.validation"] = "false"
         explicit = set()
         for key, value in overrides.items():
             if value is None:

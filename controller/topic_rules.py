@@ -123,6 +123,10 @@ TOPIC_CONFIG_KEYS: dict[str, Callable[[str], Any]] = {
     # may hold before produces are refused.
     "message.ttl.ms": _long(-1),
     "memory.bytes.max": _long(1024),
+    # Schema-validated topics (flux.registry.validation; Confluent Server's names): produced
+    # values (keys) must carry a schema id registered under the topic's subject.
+    "confluent.value.schema.validation": _choice("true", "false"),
+    "confluent.key.schema.validation": _choice("true", "false"),
 }
 
 

@@ -238,6 +238,31 @@ class HttpApiBase:
     def _image(self) -> Any:
         return self._replicas.image
 
+    # -- for the rooms mounted on this server (the console, the schema registry) -------------
+
+    @property
+    def replicas(self) -> ReplicaManager:
+        return self._replicas
+
+    @property
+    def peers(self) -> BrokerPeers:
+        return self._peers
+
+    @property
+    def broker_id(self) -> int:
+        return self._broker_id
+
+    def leader_of(self, topic: str, index: int) -> int | None:
+        """The partition's leader in this broker's image (None: unknown or none)."""
+        return self._leader_of(topic, index)
+
+    async def controller_write(
+        self, method: str, path: str, body: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """An admin write at the active controller, answered once this broker's image shows
+        it."""
+        return await self._apis.controller_write(method, path, body)
+
     async def _topic(self, name: str, *, create: bool) -> Any:
         try:
             validate_topic_name(name)
@@ -378,7 +403,16 @@ class HttpApiBase:
         """Append as leader with acks=all; one answer per record. A record whose id repeats
         one stored within the dedup window gets its original offset and ``duplicate``.
         Records other requests (local, or forwarded by other brokers) append to the same
-        partition in this turn of the event loop go in the same append and the same wait."""
+        partition in this turn of the event loop go in the same append and the same wait.
+        A schema-validated topic refuses the caller's records here, before they join others'
+        (422 ``INVALID_RECORD``)."""
+        validator = self._apis.record_validator
+        if validator is not None and validator.enabled(partition.config):
+            batch = build_batch(records)
+            await validator.prepare(partition.topic, batch, partition.config)
+            refusal = validator.refusal(partition.topic, batch, partition.config)
+            if refusal is not None:
+                raise HttpError(422, refusal, code="INVALID_RECORD")
         return await self._group_commit.submit(
             ("local", partition),
             records,

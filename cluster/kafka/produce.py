@@ -14,7 +14,7 @@ of it was acknowledged, and the client retries on the leader the controller elec
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from flux.protocol.api import RequestHeader
 from flux.protocol.errors import CorruptRecordError, ErrorCode
@@ -33,8 +33,21 @@ _BATCH_LENGTH_OFFSET = 8
 _BATCH_OVERHEAD = 12
 
 
+class RecordValidator(Protocol):
+    """A check of the records produced to some topics (``flux.registry.validation``: topics
+    whose values must carry a registered schema id), set on ``KafkaApis`` by the node."""
+
+    def enabled(self, config: Any) -> bool: ...
+
+    async def prepare(self, topic: str, records: bytes | memoryview, config: Any) -> None: ...
+
+    def refusal(self, topic: str, records: bytes | memoryview, config: Any) -> str | None: ...
+
+
 class ProduceApis(KafkaApisBase):
     """Produce, served by a partition's leader."""
+
+    record_validator: RecordValidator | None = None
 
     # -- Produce ------------------------------------------------------------------------------
 
@@ -44,6 +57,8 @@ class ProduceApis(KafkaApisBase):
         """Append every batch (in the order requests arrive: nothing here awaits before the
         appends); acks=all answers with a ``Deferred`` response completed by replication."""
         acks = body["acks"]
+        if self.record_validator is not None:
+            await self._prepare_validation(body)
         new_leaders: set[int] = set()
         responses = []
         waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]] = []
@@ -79,6 +94,20 @@ class ProduceApis(KafkaApisBase):
         if acks == 0:
             return None
         return response
+
+    async def _prepare_validation(self, body: dict[str, Any]) -> None:
+        """Before any append: let the validator fetch what it needs for the validated topics'
+        records (in request order; the appends that follow do not await)."""
+        validator = self.record_validator
+        assert validator is not None
+        for topic_data in body["topic_data"]:
+            for partition_data in topic_data["partition_data"]:
+                found = self._replicas.partition_for_leader(
+                    topic_data["name"], partition_data["index"]
+                )
+                records = partition_data["records"]
+                if isinstance(found, Partition) and records and validator.enabled(found.config):
+                    await validator.prepare(found.topic, records, found.config)
 
     def _name_current_leader(
         self, result: dict[str, Any], topic: str, index: int, new_leaders: set[int]
@@ -176,6 +205,13 @@ class ProduceApis(KafkaApisBase):
         if invalid is not None:
             log.warning("rejected batch for %s-%d: %s", partition.topic, index, invalid[1])
             return _partition_result(index, invalid[0], invalid[1]), None
+        validator = self.record_validator
+        if validator is not None and validator.enabled(config):
+            refusal = validator.refusal(partition.topic, records, config)
+            if refusal is not None:
+                result = _partition_result(index, ErrorCode.INVALID_RECORD, refusal)
+                result["record_errors"] = [{"batch_index": 0, "batch_index_error_message": refusal}]
+                return result, None
         if config.compacted:
             refused = _keyless_records(records, f"{partition.topic}-{index}")
             if refused is not None:
