@@ -122,6 +122,14 @@ class TopicConfig:
     def compacted(self) -> bool:
         return "compact" in self.get("cleanup.policy")
 
+    @cached_property
+    def schema_validated(self) -> bool:
+        """Produced values or keys must carry a registered schema id (flux.registry)."""
+        return "true" in (
+            self.values.get("confluent.value.schema.validation"),
+            self.values.get("confluent.key.schema.validation"),
+        )
+
 
 def _config_text(value: Any) -> str:
     """Kafka spells config values as strings; booleans are lower case."""

@@ -60,6 +60,7 @@ log = logging.getLogger("flux.registry")
 
 SCHEMAS_TOPIC = "_schemas"
 PREFIX = "/schemas"
+INTERNAL_PREFIX = "/internal/schemas"
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 #: Records asked for per catch-up read.
@@ -87,7 +88,18 @@ class SchemaRegistry:
     # -- routes -------------------------------------------------------------------------------
 
     def routes(self) -> list[web.RouteDef]:
-        p = PREFIX
+        """The API under ``/schemas``; the writes also under ``/internal/schemas``, where
+        another broker forwards them with the node credential (the client's own credentials
+        and ACLs were checked by the broker it called)."""
+        public = self._routes(PREFIX)
+        internal = [
+            route
+            for route in self._routes(INTERNAL_PREFIX)
+            if route.method in ("POST", "PUT", "DELETE")
+        ]
+        return public + internal
+
+    def _routes(self, p: str) -> list[web.RouteDef]:
         subject = p + "/subjects/{subject}"
         version = subject + "/versions/{version}"
         return [
@@ -371,10 +383,13 @@ class SchemaRegistry:
                 f"broker {self._api.broker_id} does not lead {SCHEMAS_TOPIC} (leader {leader})"
             )
         try:
+            path = request.path_qs
+            if not path.startswith(INTERNAL_PREFIX):
+                path = "/internal" + path
             status, answer = await self._api.peers.request(
                 leader,
                 request.method,
-                request.path_qs,
+                path,
                 json_body=body,
                 timeout_s=WRITE_TIMEOUT_S,
             )

@@ -38,7 +38,7 @@ class SchemaValidation:
         self._registry = registry
 
     def enabled(self, config: Any) -> bool:
-        return _on(config, VALUE_VALIDATION) or _on(config, KEY_VALIDATION)
+        return bool(config.schema_validated)
 
     async def prepare(self, topic: str, records: bytes | memoryview, config: Any) -> None:
         """Catch the registry view up when ``records`` name an id it does not hold for the

@@ -24,6 +24,9 @@ The principal is then ``User:<name>``, and with the authorizer on
 | ``/ui/`` and ``/ui/static/...`` (the console's page) | nothing beyond valid credentials |
 | ``GET /ui/events?topic=T&group=G`` | DESCRIBE on the cluster, each topic and each group |
 | ``GET /topics``, ``/groups``, ``/subscriptions``, ``/subscriptions/{id}``, ``/cluster`` | DESCRIBE on the cluster |
+| ``/schemas/...`` of a subject ``<topic>-value``/``-key`` (any other subject: a topic of its name) | reads: READ on the topic or DESCRIBE on the cluster; writes (register, delete, its config and mode): WRITE on the topic or ALTER on the cluster |
+| ``GET /schemas/schemas/ids/{id}``, ``/schemas/schemas/types`` | nothing beyond valid credentials |
+| other ``/schemas`` endpoints | reads: DESCRIBE on the cluster; the global config and mode: ALTER_CONFIGS on the cluster |
 
 A refused request gets ``403`` naming the operation and resource, and changes nothing.
 
@@ -175,6 +178,8 @@ class HttpAuthenticator:
         cluster: Need = ((AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),)
         if path in ("/ui", "/ui/") or path.startswith("/ui/static/"):
             return []  # the console's page and assets hold no data: credentials suffice
+        if path == "/schemas" or path.startswith("/schemas/"):
+            return _registry_needs(method, path, info.get("subject"))
         if path == "/ui/events":
             return [
                 cluster,
@@ -253,6 +258,38 @@ class HttpAuthenticator:
         if isinstance(address, str):
             address = normalize_address(address)
         return sorted({t for s in subscriptions.values() if s.address == address for t in s.topics})
+
+
+def _registry_needs(method: str, path: str, subject: str | None) -> list[Need]:
+    """The schema registry's endpoints: a subject's are guarded by its topic's ACLs (the
+    subject ``<topic>-value`` or ``<topic>-key``, Confluent's default naming; any other
+    subject by a topic of its own name), everything else by the cluster's."""
+    writing = method in ("PUT", "DELETE") or (
+        method == "POST" and path.endswith("/versions") and "/compatibility/" not in path
+    )
+    if subject is not None:
+        topic = subject
+        for suffix in ("-value", "-key"):
+            if subject.endswith(suffix) and len(subject) > len(suffix):
+                topic = subject.removesuffix(suffix)
+        if writing:
+            return [
+                (
+                    (AclOperation.ALTER, ResourceType.CLUSTER, "kafka-cluster"),
+                    (AclOperation.WRITE, ResourceType.TOPIC, topic),
+                )
+            ]
+        return [
+            (
+                (AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),
+                (AclOperation.READ, ResourceType.TOPIC, topic),
+            )
+        ]
+    if method == "GET" and path.startswith("/schemas/schemas/"):
+        return []  # a schema by id (what every deserializer asks), the types: credentials
+    if writing:
+        return [((AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, "kafka-cluster"),)]
+    return [((AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),)]
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

@@ -435,3 +435,29 @@ def test_a_schema_validated_topic_refuses_raw_records(cluster: list[NodeProcess]
         cluster[0], "POST", f"/topics/{topic}/messages", {"messages": [{"value": "x"}]}
     )
     assert status == 422 and "wire format" in body["error"]
+
+
+def test_the_flux_sdk_speaks_the_same_wire_format(cluster: list[NodeProcess]) -> None:
+    from flux.sdk.schema_registry import AvroDeserializer as FluxAvroDeserializer
+    from flux.sdk.schema_registry import AvroSerializer as FluxAvroSerializer
+    from flux.sdk.schema_registry import SchemaRegistryClient as FluxRegistry
+    from flux.sdk.schema_registry import SchemaRegistryError as FluxRegistryError
+
+    topic = unique("sdk")
+    ours = FluxRegistry(registry_url(*cluster))
+    theirs = client(*cluster)
+    context = SerializationContext(topic, MessageField.VALUE)
+    user = {"name": "ann", "age": 7}
+    data = FluxAvroSerializer(ours, f"{topic}-value", json.dumps(USER_V1))(user)
+    assert AvroDeserializer(theirs)(data, context) == user
+    data = AvroSerializer(theirs, json.dumps(USER_V2))(user | {"email": None}, context)
+    assert FluxAvroDeserializer(ours)(data) == user | {"email": None}
+    # With a reader's schema, Avro's resolution drops the field the reader does not know.
+    reader = {**USER_V2, "fields": USER_V2["fields"][:2]}
+    assert FluxAvroDeserializer(ours, json.dumps(reader))(data) == user
+    assert ours.versions(f"{topic}-value") == [1, 2]
+    compatible, problems = ours.check(f"{topic}-value", json.dumps(USER_BAD))
+    assert not compatible and any("country" in p for p in problems)
+    with pytest.raises(FluxRegistryError) as missing:
+        ours.version(unique("nothing"))
+    assert missing.value.error_code == 40401

@@ -127,6 +127,24 @@ def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodePro
     assert status == 200 and b"Flux console" in page
     assert _raw(node, "/ui/static/app.js", user="alice")[0] == 200
     assert _raw(node, "/ui/events?topic=orders", user="alice")[0] == 403  # no DESCRIBE cluster
+    # The schema registry: a subject is guarded by its topic's ACLs.
+    schema = {"schema": json.dumps({"type": "record", "name": "O", "fields": []})}
+    assert _call(node, "POST", "/schemas/subjects/orders-value/versions", schema)[0] == 401
+    status, answer, _ = _call(
+        node, "POST", "/schemas/subjects/orders-value/versions", schema, user="alice"
+    )
+    assert status == 200, answer
+    schema_id = answer["id"]
+    status, answer, _ = _call(
+        node, "POST", "/schemas/subjects/payments-value/versions", schema, user="alice"
+    )
+    assert status == 403 and "WRITE" in answer["message"]
+    status, answer, _ = _call(node, "GET", "/schemas/subjects/orders-value/versions", user="alice")
+    assert (status, answer) == (200, [1])
+    assert _call(node, "GET", "/schemas/subjects/payments-value/versions", user="alice")[0] == 403
+    assert _call(node, "GET", f"/schemas/schemas/ids/{schema_id}", user="alice")[0] == 200
+    assert _call(node, "GET", "/schemas/subjects", user="alice")[0] == 403
+    assert _call(node, "PUT", "/schemas/config", {"compatibility": "NONE"}, user="alice")[0] == 403
     # Secrets are nowhere: not in the log, not in /metrics.
     metrics = (
         urllib.request.urlopen(f"http://{node.ready['broker_http']}/metrics", timeout=10)
