@@ -11,6 +11,7 @@ fluxctl cluster partition N | heal --docker cut a node off the network and recon
 fluxctl chaos run SCENARIO [--seed N] [--docker]  fault injection checked for anomalies
 fluxctl controller status | add --id N ... | remove N  the controller quorum (flux.cli.controller)
 fluxctl topic | group | user | acl | produce | consume  client commands (flux.cli.topic, ...)
+fluxctl schema register | list | get | check | delete | compatibility  the schema registry
 """
 
 from __future__ import annotations
@@ -888,6 +889,7 @@ def _register_client_commands() -> None:
     from flux.cli.nodes import add_node_command, remove_node_command
     from flux.cli.pipeline import pipeline
     from flux.cli.reassign import partition, rebalance, throttle
+    from flux.cli.schema import schema
     from flux.cli.topic import topic
     from flux.cli.user import user
 
@@ -902,6 +904,7 @@ def _register_client_commands() -> None:
     main.add_command(partition)
     main.add_command(controller)
     main.add_command(console)
+    main.add_command(schema)
     cluster.add_command(rebalance)
     cluster.add_command(throttle)
     cluster.add_command(add_node_command)

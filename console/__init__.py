@@ -7,7 +7,8 @@
   the cluster's health) from which the page draws its live charts.
 - ``static/``: a single-page application in plain JavaScript (no build step, no Node
   toolchain); it reads and changes the cluster only through the broker's HTTP API
-  (``/cluster``, ``/topics``, ``/groups``, ``/subscriptions``; docs/http-api.md), the same
+  (``/cluster``, ``/topics``, ``/groups``, ``/subscriptions``, the schema registry's
+  ``/schemas``; docs/http-api.md), the same
   endpoints any other client uses, so it sees what they see and is refused what they are.
 """
 

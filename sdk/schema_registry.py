@@ -15,6 +15,7 @@ schemas a serializer registered. Blocking (``urllib``); call from a thread in as
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import urllib.error
@@ -78,12 +79,23 @@ class SchemaRegistryClient:
     """Calls of the registry's REST API; ``url`` is ``http://broker:port/schemas`` (or
     several)."""
 
-    def __init__(self, url: str | list[str], *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str | list[str],
+        *,
+        timeout_s: float = 10.0,
+        basic_auth: tuple[str, str] | None = None,
+    ) -> None:
         urls = url.split(",") if isinstance(url, str) else list(url)
         self._urls = [u.strip().rstrip("/") for u in urls if u.strip()]
         if not self._urls:
             raise ValueError("the schema registry needs at least one URL")
         self._timeout_s = timeout_s
+        self._headers = {"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE}
+        if basic_auth is not None:
+            # A secured cluster's HTTP credentials (a SCRAM user, docs/security.md).
+            token = base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
         self._by_id: dict[int, RegisteredSchema] = {}
         self._ids: dict[tuple[str, str, str], int] = {}
 
@@ -178,7 +190,7 @@ class SchemaRegistryClient:
                 base + path,
                 data=data,
                 method=method,
-                headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE},
+                headers=self._headers,
             )
             try:
                 with urllib.request.urlopen(request, timeout=self._timeout_s) as reply:

@@ -8,6 +8,7 @@ const main = document.getElementById("main");
 const notice = document.getElementById("notice");
 const liveBadge = document.getElementById("live");
 const HISTORY_POINTS = 120;
+const SCHEMA_REQUESTS_IN_FLIGHT = 8;  // registry reads one page has running at once
 let cleanup = [];  // what the current page must undo when another is shown
 
 // -- helpers -----------------------------------------------------------------------------------
@@ -78,6 +79,20 @@ async function api(path, options) {
 }
 
 function enc(name) { return encodeURIComponent(name); }
+
+// fn(item) for every item, at most `limit` running at once; a failure is null in the results.
+async function pooled(items, limit, fn) {
+  const results = new Array(items.length).fill(null);
+  let next = 0;
+  async function worker() {
+    while (next < items.length) {
+      const index = next++;
+      try { results[index] = await fn(items[index], index); } catch (error) { results[index] = null; }
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return results;
+}
 
 function route() {
   const hash = location.hash.replace(/^#/, "") || "/cluster";
@@ -605,6 +620,92 @@ async function subscriptionPage(id) {
   });
 }
 
+// The schema registry (Confluent's REST API under /schemas). AVRO and JSON schemas are JSON
+// text, shown pretty-printed; a PROTOBUF schema is shown as it was registered.
+function schemaType(entry) { return entry.schemaType || "AVRO"; }
+
+function prettySchema(entry) {
+  if (schemaType(entry) === "PROTOBUF") return entry.schema;
+  try { return JSON.stringify(JSON.parse(entry.schema), null, 2); } catch (error) { return entry.schema; }
+}
+
+function subjectLink(subject, version) {
+  const query = version === undefined ? "" : `?version=${enc(version)}`;
+  return h("a", { href: `#/schemas/${enc(subject)}${query}` }, subject);
+}
+
+async function schemasPage() {
+  // The table first; each subject's versions and latest schema (two requests) fill in after.
+  const subjects = (await api("/schemas/subjects")).slice().sort((a, b) => a.localeCompare(b));
+  const rows = subjects.map((s) => ({ subject: s, attrs: { "data-subject": s } }));
+  main.replaceChildren(
+    h("h1", {}, `Schemas (${subjects.length} subjects)`),
+    h("p", { className: "muted" }, "The cluster's schema registry (Confluent's REST API under ",
+      h("code", {}, "/schemas"), " on every broker)."),
+    subjects.length === 0 ? h("p", { className: "muted", id: "subjects" }, "No subjects registered.")
+      : table([
+        { title: "subject", cell: (r) => subjectLink(r.subject) },
+        { title: "versions", cell: (r) => h("span", { "data-versions": r.subject }, "…") },
+        { title: "latest version", num: true, cell: (r) => h("span", { "data-latest-version": r.subject }, "…") },
+        { title: "latest id", num: true, cell: (r) => h("span", { "data-latest-id": r.subject }, "…") },
+        { title: "type", cell: (r) => h("span", { "data-type": r.subject }, "…") },
+      ], rows, { id: "subjects" }));
+  const cells = new Map(rows.map((r) => [r.subject, Object.fromEntries(
+    ["versions", "latest-version", "latest-id", "type"].map((name) =>
+      [name, main.querySelector(`[data-${name}="${CSS.escape(r.subject)}"]`)]))]));
+  pooled(subjects, SCHEMA_REQUESTS_IN_FLIGHT, async (subject) => {
+    const cell = cells.get(subject);
+    try {
+      const [versions, latest] = await Promise.all([
+        api(`/schemas/subjects/${enc(subject)}/versions`),
+        api(`/schemas/subjects/${enc(subject)}/versions/latest`)]);
+      cell.versions.replaceChildren(...versions.map((v) =>
+        h("a", { className: "badge", href: `#/schemas/${enc(subject)}?version=${v}` }, v)));
+      cell["latest-version"].textContent = latest.version;
+      cell["latest-id"].textContent = latest.id;
+      cell.type.textContent = schemaType(latest);
+    } catch (error) {
+      cell.versions.textContent = error.message;
+      cell.versions.className = "bad";
+    }
+  });
+}
+
+async function schemaSubjectPage(subject, query) {
+  const path = `/schemas/subjects/${enc(subject)}`;
+  const [versions, config] = await Promise.all([
+    api(`${path}/versions`),
+    api(`/schemas/config/${enc(subject)}?defaultToGlobal=true`)]);
+  const entries = await pooled(versions, SCHEMA_REQUESTS_IN_FLIGHT, (v) => api(`${path}/versions/${v}`));
+  const latest = versions[versions.length - 1];
+  const wanted = query.has("version") ? Number(query.get("version")) : latest;
+  const selected = entries.find((e) => e && e.version === wanted);
+  if (!selected) throw new Error(`${subject} has no version ${query.get("version")}`);
+  const rows = versions.map((v, index) => Object.assign({ version: v, attrs: { "data-version": v,
+    className: v === selected.version ? "selected" : null } }, entries[index] || {}));
+  main.replaceChildren(
+    h("h1", {}, "Subject ", h("span", { id: "subject-name" }, subject)),
+    h("p", {}, h("a", { href: "#/schemas" }, "All subjects")),
+    h("div", { className: "cards" },
+      card("versions", versions.length, "subject-versions"),
+      card("latest version", latest, "subject-latest"),
+      card("compatibility", config.compatibilityLevel, "subject-compatibility")),
+    h("h2", {}, "Versions"),
+    table([
+      { title: "version", num: true, cell: (r) => h("a", { href: `#/schemas/${enc(subject)}?version=${r.version}` }, r.version) },
+      { title: "schema id", num: true, cell: (r) => r.id === undefined ? "–" : r.id },
+      { title: "type", cell: (r) => r.schema === undefined ? "–" : schemaType(r) },
+      { title: "references", cell: (r) => (r.references || []).length === 0 ? "–"
+          : r.references.map((ref) => h("span", { className: "badge" }, `${ref.name} → ${ref.subject} v${ref.version}`)) },
+    ], rows, { id: "versions" }),
+    h("h2", {}, "Version ", h("span", { id: "schema-version" }, selected.version),
+      h("span", { className: "muted" }, ` · id ${selected.id} · ${schemaType(selected)}`)),
+    ...((selected.references || []).length === 0 ? []
+      : [h("p", { id: "schema-references" }, "References: ", selected.references.map((ref) =>
+        h("span", { className: "badge" }, `${ref.name} → `, subjectLink(ref.subject, ref.version), ` v${ref.version}`)))]),
+    h("pre", { className: "schema", id: "schema-text" }, prettySchema(selected)));
+}
+
 // -- router ------------------------------------------------------------------------------------
 
 async function render() {
@@ -622,6 +723,8 @@ async function render() {
     else if (section === "groups") await groupPage(parts[1]);
     else if (section === "subscriptions" && parts.length === 1) await subscriptionsPage();
     else if (section === "subscriptions") await subscriptionPage(parts[1]);
+    else if (section === "schemas" && parts.length === 1) await schemasPage();
+    else if (section === "schemas") await schemaSubjectPage(parts[1], query);
     else await clusterPage();
     document.body.dataset.page = section;
     document.body.dataset.rendered = String(Date.now());

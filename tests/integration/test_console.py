@@ -413,3 +413,99 @@ def test_messages_are_browsed_from_a_time(cluster_factory: Any) -> None:
     assert answer["messages"] == [] and answer["next_offset"] == 5, answer
     status, answer = _http(node, "GET", f"{path}?timestamp=soon")
     assert status == 400 and answer["field"] == "timestamp", answer
+
+
+USER_V1 = {
+    "type": "record",
+    "name": "User",
+    "namespace": "com.example",
+    "fields": [{"name": "name", "type": "string"}],
+}
+#: Backward compatible with v1 (the new field has a default).
+USER_V2 = {
+    **USER_V1,
+    "fields": [*USER_V1["fields"], {"name": "email", "type": ["null", "string"], "default": None}],
+}
+PAYMENT = {"type": "object", "properties": {"amount": {"type": "number"}}}
+#: Refers to users-value version 1 by its full name.
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "com.example",
+    "fields": [{"name": "buyer", "type": "com.example.User"}],
+}
+
+
+def test_the_schemas_page_shows_subjects_versions_and_schemas(
+    cluster_factory: Any, browser: Any, tmp_path: Path
+) -> None:
+    nodes = cluster_factory(3)
+    node = nodes[0]
+    ids = []
+    for schema in (USER_V1, USER_V2):  # registered through another broker than the page's
+        status, answer = _http(
+            nodes[1],
+            "POST",
+            "/schemas/subjects/users-value/versions",
+            {"schema": json.dumps(schema)},
+        )
+        assert status == 200, answer
+        ids.append(answer["id"])
+    status, answer = _http(
+        nodes[2],
+        "POST",
+        "/schemas/subjects/payments-value/versions",
+        {"schema": json.dumps(PAYMENT), "schemaType": "JSON"},
+    )
+    assert status == 200, answer
+    payment_id = answer["id"]
+    reference = {"name": "com.example.User", "subject": "users-value", "version": 1}
+    status, answer = _http(
+        node,
+        "POST",
+        "/schemas/subjects/orders-value/versions",
+        {"schema": json.dumps(ORDER), "references": [reference]},
+    )
+    assert status == 200, answer
+    status, answer = _http(node, "PUT", "/schemas/config/users-value", {"compatibility": "FULL"})
+    assert status == 200, answer
+    shots = Path(os.environ.get("FLUX_CONSOLE_SCREENSHOTS", tmp_path / "screenshots"))
+    page = Console(browser, node, shots)
+
+    # The list: each subject with its versions, latest id and type (filled in after the table).
+    page.open("#/schemas")
+    assert page.count("#subjects tbody tr") == 3
+    assert page.count('#subjects tr[data-subject="users-value"]') == 1
+    wait_until(lambda: page.text('[data-latest-id="users-value"]') == str(ids[1]))
+    versions = browser.find_elements("css selector", '[data-versions="users-value"] a')
+    assert [link.text for link in versions] == ["1", "2"]
+    assert page.text('[data-latest-version="users-value"]') == "2"
+    assert page.text('[data-type="users-value"]') == "AVRO"
+    wait_until(lambda: page.text('[data-type="payments-value"]') == "JSON")
+    assert page.text('[data-latest-id="payments-value"]') == str(payment_id)
+    page.shoot("schemas")
+
+    # A subject: its versions, its compatibility level, the latest schema pretty-printed.
+    page.open("#/schemas/users-value")
+    assert page.text("#subject-name") == "users-value"
+    assert page.text("#subject-compatibility") == "FULL"
+    assert page.count("#versions tbody tr") == 2
+    assert page.text("#schema-version") == "2"
+    assert page.text("#schema-text") == json.dumps(USER_V2, indent=2)
+    assert page.count("#schema-references") == 0 and "\nnull\n" not in page.text("main")
+    page.shoot("schema")
+
+    # Another version from its link; a subject without its own level shows the global one.
+    browser.find_element("css selector", '#versions tr[data-version="1"] a').click()
+    wait_until(lambda: page.text("#schema-version") == "1", timeout_s=20)
+    assert page.text("#schema-text") == json.dumps(USER_V1, indent=2)
+    assert "users-value?version=1" in browser.current_url
+    page.open("#/schemas/payments-value")
+    assert page.text("#subject-compatibility") == "BACKWARD"
+    assert '"amount": {' in page.text("#schema-text")
+    page.open("#/schemas/orders-value")
+    assert "com.example.User → users-value v1" in page.text("#schema-references")
+    assert "com.example.User → users-value v1" in page.text("#versions")
+    page.open("#/schemas/nobody-value")
+    assert "40401" in page.text("#page-error") or "not found" in page.text("#page-error")
+    assert [e for e in page.errors() if "nobody-value" not in e["message"]] == []

@@ -24,6 +24,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from flux.cluster.launcher import NodeProcess
+from flux.sdk.schema_registry import SchemaRegistryClient
 from flux.sdk.wire import KafkaConnection
 
 from tests.integration.helpers import list_offset
@@ -144,6 +145,10 @@ def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodePro
     assert _call(node, "GET", "/schemas/subjects/payments-value/versions", user="alice")[0] == 403
     assert _call(node, "GET", f"/schemas/schemas/ids/{schema_id}", user="alice")[0] == 200
     assert _call(node, "GET", "/schemas/subjects", user="alice")[0] == 403
+    registry = SchemaRegistryClient(
+        f"http://{node.ready['broker_http']}/schemas", basic_auth=("alice", PASSWORD)
+    )
+    assert registry.versions("orders-value") == [1]
     assert _call(node, "PUT", "/schemas/config", {"compatibility": "NONE"}, user="alice")[0] == 403
     # Secrets are nowhere: not in the log, not in /metrics.
     metrics = (
