@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     FluxClusterUnreachableError,
     FluxDataLossError,
+    FluxMalformedValueError,
     FluxOptionError,
+    FluxSchemaError,
     FluxSparkError,
     FluxTopicNotFoundError,
 )
@@ -35,7 +37,9 @@ __all__ = [
     "FluxClusterUnreachableError",
     "FluxDataLossError",
     "FluxDataSource",
+    "FluxMalformedValueError",
     "FluxOptionError",
+    "FluxSchemaError",
     "FluxSparkError",
     "FluxTopicNotFoundError",
     "flux_session",

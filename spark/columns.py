@@ -208,9 +208,18 @@ def _decode_batch(
         raise CorruptRecordError(f"{len(data) - pos} bytes after the last record of the batch")
 
 
-def to_arrow(columns: Columns, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
+def to_arrow(
+    columns: Columns,
+    topic: str,
+    partition: int,
+    schema: pa.Schema,
+    *,
+    values: list[Any] | None = None,
+) -> pa.RecordBatch:
     """``columns`` as a RecordBatch of exactly ``schema`` (Spark's Arrow form of the source
-    schema: ``key, value, topic, partition, offset, timestamp, timestampType[, headers]``)."""
+    schema: ``key, value, topic, partition, offset, timestamp, timestampType[, headers]``).
+    ``values``: the decoded values (``valueFormat=avro``), Python objects of the ``value``
+    field's type, in place of the binary ``columns.values``."""
     import pyarrow as pa
 
     rows = len(columns)
@@ -218,7 +227,11 @@ def to_arrow(columns: Columns, topic: str, partition: int, schema: pa.Schema) ->
     timestamps = pa.array(columns.timestamps_ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
     arrays: list[Any] = [
         pa.array(columns.keys, pa.binary()),
-        pa.array(columns.values, pa.binary()),
+        (
+            pa.array(columns.values, pa.binary())
+            if values is None
+            else pa.array(values, schema.field("value").type)
+        ),
         pa.repeat(pa.scalar(topic, pa.string()), rows),
         pa.repeat(pa.scalar(partition, pa.int32()), rows),
         pa.array(columns.offsets, pa.int64()),

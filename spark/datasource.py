@@ -44,8 +44,19 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
+from .avro import AvroValueDecoder, ValueSchema, fetch_value_schema, value_type
 from .cluster import ClusterView
 from .errors import FluxDataLossError, FluxOptionError
 from .offsets import OffsetRange, Positions, from_spark, limit_rows, resolve, split_ranges, to_spark
@@ -56,7 +67,7 @@ from .options import (
     parse_reader_options,
     parse_writer_options,
 )
-from .reading import ReadSettings, read_range
+from .reading import DecodeValues, ReadSettings, read_range
 from .writing import SinkColumns, WriteResult, check_sink_schema, commit_batch, write_batches
 
 __all__ = [
@@ -68,6 +79,7 @@ __all__ = [
     "FluxStreamReader",
     "FluxStreamWriter",
     "source_schema",
+    "source_struct",
 ]
 
 log = logging.getLogger("flux.spark")
@@ -84,22 +96,69 @@ def source_schema(include_headers: bool) -> str:
     return f"{_BASE_COLUMNS}, {_HEADERS_COLUMN}" if include_headers else _BASE_COLUMNS
 
 
+def source_struct(value: DataType, include_headers: bool) -> StructType:
+    """``source_schema`` with ``value`` of type ``value`` (``valueFormat=avro``). Built from
+    types, not DDL: the schema is made where no JVM parses DDL, and Avro types do not always
+    have one (non-null struct fields)."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", value),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
+
+
 class FluxDataSource(DataSource):
-    """``format("flux")``. Options: see ``flux.spark.options``."""
+    """``format("flux")``. Options: see ``flux.spark.options``.
+
+    With ``valueFormat=avro``, ``schema`` reads the value schema from the registry once and
+    keeps it: Spark pickles this object after ``schema`` and builds the readers from that
+    copy, so the column types and the schema tasks decode with are the same version even if
+    ``latest`` moves meanwhile.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._value_schema: ValueSchema | None = None
 
     @classmethod
     def name(cls) -> str:
         return "flux"
 
-    def schema(self) -> str:
-        include_headers = str(self.options.get("includeHeaders", "false")).strip().lower()
-        return source_schema(include_headers in ("true", "1", "yes"))
+    def schema(self) -> StructType | str:
+        value_format = str(self.options.get("valueFormat", "raw")).strip().lower()
+        if value_format == "raw":
+            include_headers = str(self.options.get("includeHeaders", "false")).strip().lower()
+            return source_schema(include_headers in ("true", "1", "yes"))
+        # Batch or stream is not known here; the stream-only checks come with streamReader.
+        options = parse_reader_options(self.options, streaming=False)
+        value_schema = self._value_schema_of(options)
+        assert value_schema is not None
+        return source_struct(value_type(value_schema), options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return FluxBatchReader(parse_reader_options(self.options, streaming=False), schema)
+        options = parse_reader_options(self.options, streaming=False)
+        return FluxBatchReader(options, schema, self._value_schema_of(options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return FluxStreamReader(parse_reader_options(self.options, streaming=True), schema)
+        options = parse_reader_options(self.options, streaming=True)
+        return FluxStreamReader(options, schema, self._value_schema_of(options))
+
+    def _value_schema_of(self, options: ReaderOptions) -> ValueSchema | None:
+        """The reader schema of an avro read: the one ``schema`` found, or (when the user gave
+        the schema, so ``schema`` was not called) read now."""
+        if options.avro is None:
+            return None
+        if self._value_schema is None:
+            self._value_schema = fetch_value_schema(options.avro, timeout_s=options.timeout_s)
+        return self._value_schema
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return FluxBatchWriter(self.options, schema)
@@ -123,9 +182,13 @@ class _Reading:
     """What the batch and the stream reader share: options, the lazily opened driver view,
     and ``read`` (on executors)."""
 
-    def __init__(self, options: ReaderOptions, schema: StructType) -> None:
+    def __init__(
+        self, options: ReaderOptions, schema: StructType, value_schema: ValueSchema | None = None
+    ) -> None:
         self._options = options
         self._schema = schema
+        #: ``valueFormat=avro``: the reader schema, found on the driver (picklable).
+        self._value_schema = value_schema
         self._view: ClusterView | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -162,7 +225,18 @@ class _Reading:
             read_committed=options.read_committed,
         )
         arrow_schema = to_arrow_schema(self._schema, timezone="UTC")
-        yield from read_range(settings, partition.offset_range, arrow_schema)
+        yield from read_range(settings, partition.offset_range, arrow_schema, self._decoder())
+
+    def _decoder(self) -> DecodeValues | None:
+        """On the executor: a decoder for this task (it caches the writer schemas it meets)."""
+        if self._value_schema is None:
+            return None
+        avro = self._options.avro
+        assert avro is not None
+        decoder = AvroValueDecoder(
+            self._value_schema, permissive=avro.permissive, timeout_s=self._options.timeout_s
+        )
+        return decoder.decode
 
 
 class FluxBatchReader(_Reading, DataSourceReader):
@@ -210,8 +284,10 @@ class FluxStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailabl
     read from their log start.
     """
 
-    def __init__(self, options: ReaderOptions, schema: StructType) -> None:
-        super().__init__(options, schema)
+    def __init__(
+        self, options: ReaderOptions, schema: StructType, value_schema: ValueSchema | None = None
+    ) -> None:
+        super().__init__(options, schema, value_schema)
         self._available_now_target: Positions | None = None
         self._latest: Positions | None = None
 

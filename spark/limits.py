@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "ARROW_BATCH_ROWS_MAX",
+    "AVRO_WRITER_SCHEMAS_MAX",
     "FETCH_BYTES_DEFAULT",
     "FETCH_BYTES_MAX",
     "FETCH_TIMEOUT_MS_DEFAULT",
@@ -49,6 +50,10 @@ FETCH_TIMEOUT_MS_MAX = 3_600_000
 
 #: An Arrow batch handed to Spark holds at most this many rows (a fetch answer is cut).
 ARROW_BATCH_ROWS_MAX = 65_536
+
+#: Writer schemas (by schema id) one read task keeps parsed for ``valueFormat=avro``; a task
+#: that meets more starts its cache over (each further id costs one registry call).
+AVRO_WRITER_SCHEMAS_MAX = 1_000
 
 #: Metadata and offset look-ups from the driver give up after this long (an unreachable
 #: cluster is reported within it).

@@ -25,6 +25,16 @@ option                     meaning                                              
 ``isolation.level``        ``read_committed`` (transactions' committed records only, read_committed
                            up to the last stable offset) or ``read_uncommitted``
                            (``kafka.isolation.level`` works too)
+``valueFormat``            ``raw`` (``value`` is binary) or ``avro``: ``value`` is     raw
+                           decoded with the schema registry (Confluent's wire format)
+                           into a column of the Avro schema's Spark type
+                           (``flux.spark.avro``)
+``schemaRegistryUrl``      avro: ``http://host:port/schemas`` (comma-separated:      required
+                           tried in turn)                                            for avro
+``valueSubject``           avro: the subject whose schema the values are read as     <topic>-value
+``valueSchemaVersion``     avro: that subject's version, a number or ``latest``      latest
+``mode``                   avro: ``FAILFAST`` (a value that does not decode fails    FAILFAST
+                           the query) or ``PERMISSIVE`` (it reads as null)
 ``topic`` (writer)         the topic of rows without a ``topic`` column value        none
 ``compression`` (writer)   none, gzip, snappy, lz4, zstd                             none
 =========================  ========================================================  ==========
@@ -47,9 +57,11 @@ from .errors import FluxOptionError
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "AvroOptions",
     "OffsetSpec",
     "ReaderOptions",
     "WriterOptions",
+    "parse_avro_options",
     "parse_offsets",
     "parse_reader_options",
     "parse_writer_options",
@@ -66,6 +78,20 @@ OffsetSpec = Literal["earliest", "latest"] | Mapping[str, Mapping[int, int]]
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
+
+
+@dataclass(frozen=True)
+class AvroOptions:
+    """``valueFormat=avro``: where the reader schema of the values is, and what a value that
+    does not decode becomes."""
+
+    #: One or more ``http://host:port/schemas`` URLs, comma-separated.
+    registry_url: str
+    subject: str
+    #: ``"latest"`` or a version number (as text, as the registry's REST path takes it).
+    version: str
+    #: ``mode=PERMISSIVE``: a malformed value reads as null instead of failing the query.
+    permissive: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +112,8 @@ class ReaderOptions:
     timeout_s: float
     #: ``isolation.level`` (or ``kafka.isolation.level``): read only committed transactions.
     read_committed: bool = True
+    #: ``valueFormat=avro``; None for ``raw`` (binary values).
+    avro: AvroOptions | None = None
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` belongs to the subscription."""
@@ -176,6 +204,61 @@ def parse_reader_options(options: Mapping[str, str], *, streaming: bool) -> Read
         ),
         timeout_s=_timeout_s(options),
         read_committed=_isolation(options),
+        avro=parse_avro_options(options, topics),
+    )
+
+
+_AVRO_ONLY = ("schemaRegistryUrl", "valueSubject", "valueSchemaVersion", "mode")
+
+
+def parse_avro_options(
+    options: Mapping[str, str], topics: tuple[str, ...] | None
+) -> AvroOptions | None:
+    """``valueFormat`` and the options of ``avro``; None for ``raw``. ``topics`` (the
+    ``subscribe`` list) names the default subject ``<topic>-value`` when there is one."""
+    value_format = (_text(options, "valueFormat") or "raw").lower()
+    if value_format not in ("raw", "avro"):
+        raise FluxOptionError(f"option 'valueFormat' must be raw or avro, got {value_format!r}")
+    if value_format == "raw":
+        # A registry option without valueFormat=avro is most likely a forgotten valueFormat.
+        for name in _AVRO_ONLY:
+            if _text(options, name) is not None:
+                raise FluxOptionError(f"option {name!r} needs the option valueFormat=avro")
+        return None
+    registry_url = _text(options, "schemaRegistryUrl")
+    if registry_url is None:
+        raise FluxOptionError(
+            "option 'schemaRegistryUrl' is required with valueFormat=avro "
+            "(e.g. http://127.0.0.1:8080/schemas; several comma-separated)"
+        )
+    urls = [url.strip() for url in registry_url.split(",") if url.strip()]
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise FluxOptionError(
+                f"option 'schemaRegistryUrl' must be http(s) URLs like "
+                f"http://127.0.0.1:8080/schemas, got {url!r}"
+            )
+    subject = _text(options, "valueSubject")
+    if subject is None:
+        if topics is None or len(topics) != 1:
+            raise FluxOptionError(
+                "option 'valueSubject' is required with valueFormat=avro unless 'subscribe' "
+                "names exactly one topic (whose subject '<topic>-value' is the default)"
+            )
+        subject = f"{topics[0]}-value"
+    version = (_text(options, "valueSchemaVersion") or "latest").lower()
+    if version != "latest" and not (version.isdigit() and int(version) >= 1):
+        raise FluxOptionError(
+            f"option 'valueSchemaVersion' must be latest or a version number >= 1, got {version!r}"
+        )
+    mode = (_text(options, "mode") or "FAILFAST").upper()
+    if mode not in ("FAILFAST", "PERMISSIVE"):
+        raise FluxOptionError(f"option 'mode' must be FAILFAST or PERMISSIVE, got {mode!r}")
+    return AvroOptions(
+        registry_url=",".join(urls),
+        subject=subject,
+        version=version if version == "latest" else str(int(version)),
+        permissive=mode == "PERMISSIVE",
     )
 
 

@@ -28,7 +28,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,7 @@ from .options import EARLIEST
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ReadSettings", "read_range"]
+__all__ = ["DecodeValues", "ReadSettings", "read_range"]
 
 log = logging.getLogger("flux.spark")
 
@@ -59,6 +59,9 @@ _QUEUE_CHUNKS = 2
 #: How often a blocked producer thread checks whether the consumer has gone.
 _PUT_POLL_S = 0.2
 _DONE = object()
+
+#: ``(values, offsets, topic, partition) -> decoded values`` (``valueFormat=avro``).
+DecodeValues = Callable[[Sequence[bytes | None], Sequence[int], str, int], list[Any]]
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,13 @@ class ReadSettings:
 
 
 def read_range(
-    settings: ReadSettings, offset_range: OffsetRange, schema: pa.Schema
+    settings: ReadSettings,
+    offset_range: OffsetRange,
+    schema: pa.Schema,
+    decode_values: DecodeValues | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``offset_range`` as Arrow batches of ``schema``, in offset order."""
+    """The records of ``offset_range`` as Arrow batches of ``schema``, in offset order;
+    ``decode_values`` turns each batch's binary values into the ``value`` field's type."""
     chunks: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_CHUNKS)
     stop = threading.Event()
     thread = threading.Thread(
@@ -95,11 +102,16 @@ def read_range(
             if isinstance(chunk, BaseException):
                 raise chunk
             for start in range(0, len(chunk), limits.ARROW_BATCH_ROWS_MAX):
+                piece = _slice(chunk, start, start + limits.ARROW_BATCH_ROWS_MAX)
+                topic, partition = offset_range.topic, offset_range.partition
                 yield to_arrow(
-                    _slice(chunk, start, start + limits.ARROW_BATCH_ROWS_MAX),
-                    offset_range.topic,
-                    offset_range.partition,
+                    piece,
+                    topic,
+                    partition,
                     schema,
+                    values=None
+                    if decode_values is None
+                    else decode_values(piece.values, piece.offsets, topic, partition),
                 )
     finally:
         stop.set()
