@@ -58,7 +58,7 @@ from pyspark.sql.types import (
 
 from .avro import AvroValueDecoder, ValueSchema, fetch_value_schema, value_type
 from .cluster import ClusterView
-from .errors import FluxDataLossError, FluxOptionError
+from .errors import FluxDataLossError, FluxOptionError, FluxSaveModeError
 from .offsets import OffsetRange, Positions, from_spark, limit_rows, resolve, split_ranges, to_spark
 from .options import (
     EARLIEST,
@@ -161,6 +161,12 @@ class FluxDataSource(DataSource):
         return self._value_schema
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        if overwrite:
+            # A topic's records cannot be replaced, only appended to (Spark's Kafka sink
+            # refuses Overwrite too).
+            raise FluxSaveModeError(
+                'the flux sink cannot overwrite a topic, it only appends: use .mode("append")'
+            )
         return FluxBatchWriter(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
@@ -214,7 +220,10 @@ class _Reading:
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FluxInputPartition)
+        if not isinstance(partition, FluxInputPartition):
+            # Spark runs a read that planned no partitions (every range empty) as one task
+            # with a plain InputPartition: nothing to read.
+            return
         options = self._options
         settings = ReadSettings(
             bootstrap=options.bootstrap,

@@ -5,7 +5,10 @@ Spark wraps it in its own exception, whose message starts with ours)::
 
     FluxSparkError
     ├── FluxOptionError              a missing, unknown-valued or malformed option (also a
-    │                                ValueError): names the option and what it expects
+    │   │                            ValueError): names the option and what it expects
+    │   └── FluxSaveModeError        a batch write in a save mode other than append (Spark's
+    │                                default ``ErrorIfExists`` included): names
+    │                                ``.mode("append")``
     ├── FluxTopicNotFoundError       a subscribed / written / offset-named topic does not exist
     ├── FluxClusterUnreachableError  no broker of ``bootstrap.servers`` answered
     ├── FluxDataLossError            records a query was meant to read are gone (retention,
@@ -30,6 +33,7 @@ __all__ = [
     "FluxDataLossError",
     "FluxMalformedValueError",
     "FluxOptionError",
+    "FluxSaveModeError",
     "FluxSchemaError",
     "FluxSparkError",
     "FluxTopicNotFoundError",
@@ -63,3 +67,7 @@ class FluxSchemaError(FluxSparkError):
 class FluxMalformedValueError(FluxSchemaError):
     """A value does not decode with the registry's schemas; the message names its topic,
     partition and offset."""
+
+
+class FluxSaveModeError(FluxOptionError):
+    """``df.write.format("flux").save()`` in a mode the sink cannot honour."""

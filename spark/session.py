@@ -8,12 +8,15 @@ source is registered. Settings already in the environment or given in ``conf`` w
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from .errors import FluxSaveModeError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,6 +45,50 @@ def register(spark: SparkSession) -> None:
     from .datasource import FluxDataSource
 
     spark.dataSource.register(FluxDataSource)
+    _explain_default_save_mode()
+
+
+#: Spark's error for a save mode a Python data source cannot take.
+_SAVE_MODE_CONDITION = "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"
+SAVE_MODE_MESSAGE = (
+    'df.write.format("flux") appends to the topic: add .mode("append") before .save(). '
+    "Spark's default save mode ErrorIfExists (which Spark's Kafka sink accepts) is refused by "
+    "Spark itself for every Python data source, before the flux sink is asked"
+)
+
+
+def _explain_default_save_mode() -> None:
+    """Make the default save mode's error name ``.mode("append")``.
+
+    A Kafka user writes ``df.write.format("kafka").option(...).save()``: Spark's Kafka sink
+    accepts the default mode, ``ErrorIfExists``. For a Python data source Spark refuses that
+    mode in the JVM, before the source's ``writer`` is called (``UNSUPPORTED_DATA_SOURCE_SAVE_
+    MODE``, measured with PySpark 4.2), so the source cannot accept it nor word the error.
+    ``DataFrameWriter.save`` is wrapped once per process to turn that one error, for the
+    ``flux`` format only, into ``FluxSaveModeError``; every other outcome passes unchanged.
+    """
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    original = DataFrameWriter.save
+    if getattr(original, "_flux_explains_save_mode", False):
+        return
+
+    @functools.wraps(original)
+    def save(self: DataFrameWriter, *args: Any, **kwargs: Any) -> None:
+        try:
+            return original(self, *args, **kwargs)
+        except Exception as error:
+            condition = getattr(error, "getCondition", None)
+            if (
+                callable(condition)
+                and condition() == _SAVE_MODE_CONDITION
+                and '"flux"' in str(error)
+            ):
+                raise FluxSaveModeError(SAVE_MODE_MESSAGE) from error
+            raise
+
+    save._flux_explains_save_mode = True  # type: ignore[attr-defined]
+    DataFrameWriter.save = save  # type: ignore[method-assign]
 
 
 def flux_session(

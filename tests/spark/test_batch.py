@@ -205,3 +205,24 @@ def test_unreachable_cluster_is_reported(spark: Any) -> None:
         lambda: _read(spark, nowhere, subscribe="anything", timeoutMs="2000").collect()
     )
     assert "FluxClusterUnreachableError" in text and nowhere in text
+
+
+def test_save_modes_other_than_append_name_the_append_mode(
+    spark: Any, flux_cluster: FluxCluster, topic_name: Any
+) -> None:
+    """What a Kafka user writes, ``.save()`` without a mode, fails with a message naming
+    ``.mode("append")``; overwrite is refused (a topic cannot be replaced); nothing is
+    written."""
+    from flux.spark import FluxSaveModeError
+
+    topic = topic_name("modes")
+    flux_cluster.create_topic(topic, partitions=1)
+    frame = spark.createDataFrame([("v",)], "value string")
+    writer = frame.write.format("flux").option("bootstrap.servers", flux_cluster.bootstrap)
+    with pytest.raises(FluxSaveModeError, match=r'\.mode\("append"\)'):
+        writer.option("topic", topic).save()
+    overwrite = _error_text(lambda: writer.option("topic", topic).mode("overwrite").save())
+    assert "cannot overwrite" in overwrite and '.mode("append")' in overwrite
+    assert _read(spark, flux_cluster.bootstrap, subscribe=topic).count() == 0
+    writer.option("topic", topic).mode("append").save()
+    assert _read(spark, flux_cluster.bootstrap, subscribe=topic).count() == 1
