@@ -158,6 +158,7 @@ _SEQUENCE_MODULUS = 1 << 31
 #: and the bytes of a batch header plus a Produce request around it: a generous estimate, so
 #: a record that passes the size check also fits the request.
 _RECORD_OVERHEAD_BYTES = 32
+_BYTES_OR_NONE = frozenset({bytes, type(None)})
 _REQUEST_OVERHEAD_BYTES = 61 + 128
 #: Transport failures after which a transaction request's outcome is unknown.
 _UNKNOWN_OUTCOME_ERRORS = (FluxConnectionError, FluxTimeoutError, FluxProtocolError)
@@ -427,6 +428,82 @@ class AsyncProducer:
             topic,
             [messages] if single else messages,  # type: ignore[list-item,arg-type]
         )
+        results = await self._send_prepared(
+            topic, acks_number, records, sizes, partitions, count, metadata=True
+        )
+        assert results is not None
+        return results[0] if single else results
+
+    async def send_records(
+        self,
+        topic: str,
+        values: list[bytes | None],
+        keys: list[bytes | None] | None = None,
+        *,
+        acks: int | str | None = None,
+    ) -> int:
+        """The bulk form of ``send`` for many plain records (what a Spark task writes): values
+        and optional keys, bytes or None, partitioned as ``send`` would (a key's hash, else the
+        sticky partition); waits until each is acknowledged and returns how many were sent,
+        without a ``RecordMetadata`` per record. A record too large for a request raises
+        ``MessageTooLargeError`` before anything is queued; other errors as ``send``."""
+        if self._closed:
+            raise ConfigurationError("the producer is closed")
+        if keys is not None and len(keys) != len(values):
+            raise ConfigurationError(f"{len(keys)} keys for {len(values)} values")
+        acks_number = self.acks if acks is None else parse_acks(acks)
+        if self._transaction is not None:
+            self._check_transactional_send(acks_number)
+        if type(topic) is not str or not topic:
+            raise ConfigurationError(f"topic must be a non-empty string, got {topic!r}")
+        overhead = _RECORD_OVERHEAD_BYTES
+        limit = self.max_request_size - _REQUEST_OVERHEAD_BYTES
+        if keys is None:
+            records: list[_QueuedRecord] = [(None, value, (), None) for value in values]
+            sizes = [overhead + (0 if value is None else len(value)) for value in values]
+            partitions = [-1] * len(values)
+        else:
+            records = [(key, value, (), None) for key, value in zip(keys, values, strict=True)]
+            sizes = [
+                overhead + (0 if key is None else len(key)) + (0 if value is None else len(value))
+                for key, value in zip(keys, values, strict=True)
+            ]
+            partitions = [-1 if key is None else -2 for key in keys]
+        if sizes and max(sizes) > limit:
+            raise MessageTooLargeError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"a record of {max(sizes)} bytes for {topic!r} exceeds max_request_size "
+                f"({self.max_request_size} bytes, with request overhead)",
+            )
+        if not {type(value) for value in values} <= _BYTES_OR_NONE or (
+            keys is not None and not {type(key) for key in keys} <= _BYTES_OR_NONE
+        ):
+            raise ConfigurationError("send_records takes keys and values as bytes or None")
+        if not records:
+            return 0
+        count = await self.client.partition_count(topic)
+        if keys is not None:
+            for index, partition in enumerate(partitions):
+                if partition == -2:
+                    partitions[index] = partition_for_key(records[index][0], count)  # type: ignore[arg-type]
+        await self._send_prepared(
+            topic, acks_number, records, sizes, partitions, count, metadata=False
+        )
+        return len(records)
+
+    async def _send_prepared(
+        self,
+        topic: str,
+        acks_number: int,
+        records: list[_QueuedRecord],
+        sizes: list[int],
+        partitions: list[int],
+        count: int,
+        *,
+        metadata: bool,
+    ) -> list[RecordMetadata] | None:
+        """Queue checked records in runs per partition and wait for every outcome; the
+        ``RecordMetadata`` of each (with ``metadata``), the first error raised in order."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         # Per run of records queued together: the future of the batch it joined, the index of
@@ -484,6 +561,8 @@ class AsyncProducer:
             error = future.exception()
             if error is not None:
                 raise error
+            if not metadata:
+                continue
             base_offset = future.result()
             if base_offset < 0:  # acks=0: nobody says where they landed
                 results.extend(RecordMetadata(topic, partition, -1) for _ in range(taken))
@@ -493,7 +572,7 @@ class AsyncProducer:
                     RecordMetadata(topic, partition, offset)
                     for offset in range(first, first + taken)
                 )
-        return results[0] if single else results
+        return results if metadata else None
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Send every queued record now and wait until each has an outcome.

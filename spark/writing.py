@@ -238,6 +238,31 @@ async def _create_marker_topic(client: ClusterClient) -> None:
 # -- rows ----------------------------------------------------------------------------------------
 
 
+def _plain_records(
+    batch: pa.RecordBatch, columns: SinkColumns, default_topic: str | None
+) -> tuple[str, list[bytes | None], list[bytes | None] | None] | None:
+    """The common shape, values (and keys) for the ``topic`` option's topic: ``(topic,
+    values, keys)`` as ``AsyncProducer.send_records`` takes them, with no object per row.
+    None when rows name their own topic, partition or headers (``_messages`` then)."""
+    if columns.topic or columns.partition or columns.headers or default_topic is None:
+        return None
+    values = _as_bytes(batch.column("value"))
+    keys = _as_bytes(batch.column("key")) if columns.key else None
+    return default_topic, values, keys
+
+
+def _as_bytes(column: Any) -> list[bytes | None]:
+    """A string or binary Arrow column as bytes (a string column is UTF-8 already: cast to
+    binary in Arrow, not per row in Python)."""
+    import pyarrow as pa
+
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    elif pa.types.is_null(column.type):
+        return [None] * len(column)
+    return column.to_pylist()
+
+
 def _messages(
     batch: pa.RecordBatch, columns: SinkColumns, default_topic: str | None
 ) -> dict[str, list[Message]]:
@@ -400,9 +425,15 @@ def _send_all(
         for batch in batches:
             for start in range(0, batch.num_rows, limits.SEND_CHUNK_ROWS):
                 chunk = batch.slice(start, limits.SEND_CHUNK_ROWS)
-                for topic, messages in _messages(chunk, columns, options.topic).items():
-                    in_flight.append(loop.submit(producer.send(topic, messages)))
-                    rows += len(messages)
+                plain = _plain_records(chunk, columns, options.topic)
+                if plain is not None:
+                    topic, values, keys = plain
+                    in_flight.append(loop.submit(producer.send_records(topic, values, keys)))
+                    rows += len(values)
+                else:
+                    for topic, messages in _messages(chunk, columns, options.topic).items():
+                        in_flight.append(loop.submit(producer.send(topic, messages)))
+                        rows += len(messages)
                 while len(in_flight) > _SENDS_IN_FLIGHT:
                     _wait_sent(in_flight.pop(0))
         for future in in_flight:

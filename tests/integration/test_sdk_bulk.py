@@ -89,3 +89,47 @@ def test_bulk_send_with_acks_zero_and_produce_interleaved(broker) -> None:
     records = asyncio.run(_read_all(bootstrap, "mixed", 1, 102))
     assert [records[(0, m.offset)].value for m in produced] == [f"p{n}".encode() for n in range(50)]
     assert [records[(0, m.offset)].value for m in sent] == [f"s{n}".encode() for n in range(50)]
+
+
+def test_send_records_partitions_like_send_and_checks_first(broker) -> None:
+    """``send_records``: keyed records go to their key's partition, keyless ones to sticky
+    partitions, in order per partition, across batch boundaries and buffer back pressure; a
+    record too large or of the wrong type is refused before anything is queued."""
+    from flux.sdk import ConfigurationError, MessageTooLargeError
+
+    bootstrap = broker.bootstrap_servers
+    with Admin(bootstrap) as admin:
+        admin.create_topic("bulk-records", partitions=3)
+    keys = [None if n % 4 == 0 else f"key-{n % 5}".encode() for n in range(900)]
+    values = [f"value-{n}".encode() for n in range(900)]
+
+    async def main() -> tuple[int, int]:
+        async with AsyncProducer(
+            bootstrap, acks="all", batch_size=2_000, buffer_memory=6_000, linger_ms=1
+        ) as producer:
+            sent = await producer.send_records("bulk-records", values, keys)
+            plain = await producer.send_records("bulk-records", [b"plain"] * 100)
+            with pytest.raises(MessageTooLargeError):
+                await producer.send_records("bulk-records", [b"x", b"y" * 20_000_000])
+            with pytest.raises(ConfigurationError):
+                await producer.send_records("bulk-records", ["text, not bytes"])  # type: ignore[list-item]
+            with pytest.raises(ConfigurationError):
+                await producer.send_records("bulk-records", [b"a"], keys=[])
+            assert await producer.send_records("bulk-records", []) == 0
+            return sent, plain
+
+    assert asyncio.run(main()) == (900, 100)
+    records = asyncio.run(_read_all(bootstrap, "bulk-records", 3, 1000))
+    assert len(records) == 1000
+    by_value = {record.value: record for record in records.values()}
+    assert set(by_value) == {*values, b"plain"} and len(records) == 1000
+    for n, value in enumerate(values):
+        record = by_value[value]
+        assert record.key == keys[n]
+        if keys[n] is not None:
+            assert record.partition == partition_for_key(keys[n], 3)
+    # Order within each partition follows the list.
+    for partition in range(3):
+        mine = [r.value for (p, _), r in sorted(records.items()) if p == partition]
+        numbered = [int(v.split(b"-")[1]) for v in mine if v.startswith(b"value-")]
+        assert numbered == sorted(numbered)
