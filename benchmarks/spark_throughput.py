@@ -3,9 +3,11 @@ JSON object.
 
     python benchmarks/spark_throughput.py [--records 1000000] [--partitions 4]
                                           [--master local[2]] [--bootstrap HOST:PORT]
+                                          [--nodes 1|3]
 
-Without ``--bootstrap`` it starts one broker process (data on disk in a temporary directory)
-and stops it afterwards. Steps, each timed from the action's start to its end:
+Without ``--bootstrap`` it starts ``--nodes`` node processes (data on disk in a temporary
+directory; with 3 nodes the topics are replicated on all three, ``min.insync.replicas`` 2) and
+stops them afterwards. Steps, each timed from the action's start to its end:
 
 1. **write** (Spark -> Flux): ``spark.range(N)`` turned into 100-byte values, written with
    ``df.write.format("flux")`` into a fresh topic of ``--partitions`` partitions
@@ -51,15 +53,22 @@ def _rates(records: int, seconds: float) -> dict[str, float]:
     }
 
 
-def run(bootstrap: str, records: int, partitions: int, master: str) -> dict[str, object]:
+def run(
+    bootstrap: str, records: int, partitions: int, master: str, replication: int = 1
+) -> dict[str, object]:
     from flux.sdk import Admin
     from flux.spark import flux_session
 
     topic = f"spark-bench-{uuid.uuid4().hex[:8]}"
     warm_up_topic = f"{topic}-warm-up"
     with Admin(bootstrap) as admin:
-        admin.create_topic(topic, partitions=partitions)
-        admin.create_topic(warm_up_topic, partitions=partitions)
+        for name in (topic, warm_up_topic):
+            admin.create_topic(
+                name,
+                partitions=partitions,
+                replication_factor=replication,
+                configs={"min.insync.replicas": "2"} if replication > 1 else None,
+            )
     spark = flux_session(
         "flux-spark-benchmark",
         master=master,
@@ -134,6 +143,7 @@ def run(bootstrap: str, records: int, partitions: int, master: str) -> dict[str,
         "value_bytes": 100,
         "partitions": partitions,
         "master": master,
+        "replication_factor": replication,
         "write": _rates(records, write_s),
         "batch_read_first": _rates(records, first_read_s),
         "batch_read": _rates(records, read_s),
@@ -147,16 +157,36 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--bootstrap", help="an existing cluster (default: start one broker)")
+    parser.add_argument(
+        "--nodes", type=int, choices=(1, 3), default=1, help="nodes to start (RF = nodes)"
+    )
     args = parser.parse_args()
     if args.bootstrap:
         figures = run(args.bootstrap, args.records, args.partitions, args.master)
-    else:
+    elif args.nodes == 1:
         with tempfile.TemporaryDirectory() as workdir:
             node = _start_broker(Path(workdir))
             try:
                 figures = run(node.bootstrap_servers, args.records, args.partitions, args.master)
             finally:
                 node.stop()
+    else:
+        from flux.cluster.launcher import local_cluster_configs
+
+        with tempfile.TemporaryDirectory() as workdir:
+            nodes = local_cluster_configs(
+                Path(workdir), 3, extra={"node": {"log_level": "WARNING"}}
+            )
+            try:
+                for node in nodes:
+                    node.start()
+                for node in nodes:
+                    node.wait_ready()
+                bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+                figures = run(bootstrap, args.records, args.partitions, args.master, replication=3)
+            finally:
+                for node in nodes:
+                    node.stop()
     print(json.dumps(figures, indent=2))
 
 
