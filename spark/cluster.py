@@ -1,5 +1,6 @@
-"""``ClusterView``: the driver's questions to Flux — which partitions a subscription covers and
-where their logs start and end — answered through the SDK's ``ClusterClient``.
+"""``ClusterView``: the driver's questions to Flux — which partitions a subscription covers,
+where their logs start and end, and which offsets record timestamps map to — answered through
+the SDK's ``ClusterClient``.
 
 It runs the async client on its own loop thread (``LoopThread``) and keeps its connections
 between calls, because the streaming driver asks every micro-batch. SDK errors that mean
@@ -14,7 +15,7 @@ once, from the owner.
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from flux.protocol.errors import ErrorCode
@@ -22,8 +23,8 @@ from flux.sdk import ClusterClient, FluxConnectionError, FluxTimeoutError, Retry
 from flux.sdk.admin import list_offsets
 
 from ._loop import LoopThread
-from .errors import FluxClusterUnreachableError, FluxTopicNotFoundError
-from .offsets import Positions
+from .errors import FluxClusterUnreachableError, FluxOptionError, FluxTopicNotFoundError
+from .offsets import Positions, TopicPartitionKey
 from .options import EARLIEST, LATEST, ReaderOptions
 
 __all__ = ["ClusterView", "unreachable"]
@@ -68,9 +69,10 @@ class ClusterView:
 
     def partition_counts(self, *, strict: bool) -> dict[str, int]:
         """Topic -> partition count of every subscribed topic that exists. With ``strict``,
-        a topic named in ``subscribe`` that does not exist is an error (a typo should fail
-        the query at once); without, it is left out (the topic was deleted mid-query, which
-        the caller reports as data loss)."""
+        a topic named in ``subscribe`` or ``assign`` that does not exist, or a partition
+        ``assign`` names that its topic lacks, is an error (a typo should fail the query at
+        once); without, it is left out (the topic was deleted mid-query, which the caller
+        reports as data loss)."""
         return self._run(self._partition_counts(strict=strict))
 
     async def _partition_counts(self, *, strict: bool) -> dict[str, int]:
@@ -89,12 +91,24 @@ class ClusterView:
             if missing and strict:
                 raise FluxTopicNotFoundError(
                     f"subscribed topic(s) {', '.join(sorted(missing))} do not exist in the "
-                    f"Flux cluster at {self._options.bootstrap} (option 'subscribe'); create "
-                    "them first, or use 'subscribePattern' to pick topics up as they appear"
+                    f"Flux cluster at {self._options.bootstrap} (option "
+                    f"'{self._options.subscription_option}'); create them first, or use "
+                    "'subscribePattern' to pick topics up as they appear"
                 )
+            if strict:
+                self._check_assigned(counts)
             return dict(sorted(counts.items()))
 
         return await self._client.call_metadata(requested, read)
+
+    def _check_assigned(self, counts: Mapping[str, int]) -> None:
+        for topic, partitions in (self._options.assign or {}).items():
+            lacking = [p for p in partitions if topic in counts and p >= counts[topic]]
+            if lacking:
+                raise FluxOptionError(
+                    f"option 'assign' names partition(s) {', '.join(map(str, lacking))} of "
+                    f"{topic!r}, which has {counts[topic]} partitions"
+                )
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -111,5 +125,28 @@ class ClusterView:
         for topic in topics:
             found = await list_offsets(self._client, topic, which, isolation_level=isolation)
             for partition, offset in found.items():
-                positions[(topic, partition)] = offset
+                if self._options.covers(topic, partition):
+                    positions[(topic, partition)] = offset
+        return positions
+
+    def offsets_for_times(self, times: Mapping[TopicPartitionKey, int]) -> Positions:
+        """Per partition of ``times``, the first offset whose record timestamp is >= the
+        partition's time (ms), or -1 when no record's is: Kafka's ListOffsets with a
+        timestamp (any value but the sentinels -1 latest, -2 earliest)."""
+        assert all(timestamp >= 0 for timestamp in times.values()), times
+        return self._run(self._offsets_for_times(times))
+
+    async def _offsets_for_times(self, times: Mapping[TopicPartitionKey, int]) -> Positions:
+        # The SDK asks one timestamp for all partitions of a topic: one request per topic
+        # and distinct timestamp (one per topic for startingTimestamp), keeping the answers
+        # of the partitions that wanted it.
+        wanted: dict[tuple[str, int], set[int]] = {}
+        for (topic, partition), timestamp in times.items():
+            wanted.setdefault((topic, timestamp), set()).add(partition)
+        positions: Positions = {}
+        isolation = 1 if self._options.read_committed else 0
+        for (topic, timestamp), partitions in sorted(wanted.items()):
+            found = await list_offsets(self._client, topic, timestamp, isolation_level=isolation)
+            for partition in partitions:
+                positions[(topic, partition)] = found.get(partition, -1)
         return positions

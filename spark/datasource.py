@@ -59,11 +59,22 @@ from pyspark.sql.types import (
 from .avro import AvroValueDecoder, ValueSchema, fetch_value_schema, value_type
 from .cluster import ClusterView
 from .errors import FluxDataLossError, FluxOptionError, FluxSaveModeError
-from .offsets import OffsetRange, Positions, from_spark, limit_rows, resolve, split_ranges, to_spark
+from .offsets import (
+    OffsetRange,
+    Positions,
+    from_spark,
+    limit_rows,
+    offsets_at_times,
+    resolve,
+    split_ranges,
+    timestamps_for,
+    to_spark,
+)
 from .options import (
     EARLIEST,
     LATEST,
     ReaderOptions,
+    TimestampSpec,
     parse_reader_options,
     parse_writer_options,
 )
@@ -214,10 +225,50 @@ class _Reading:
             self._view = None
 
     def _ranges(self, start: Positions, end: Positions) -> list[FluxInputPartition]:
-        return [
-            FluxInputPartition(offset_range)
-            for offset_range in split_ranges(start, end, self._options.max_records_per_partition)
-        ]
+        options = self._options
+        pieces = split_ranges(
+            start,
+            end,
+            options.max_records_per_partition,
+            min_partitions=options.min_partitions or 1,
+        )
+        return [FluxInputPartition(offset_range) for offset_range in pieces]
+
+    def _starting_positions(
+        self, counts: dict[str, int], earliest: Positions, latest: Positions
+    ) -> Positions:
+        """Where the query starts: at the offsets of ``startingTimestamp`` /
+        ``startingOffsetsByTimestamp`` (looked up now) when one is given, else at
+        ``startingOffsets``."""
+        options = self._options
+        if options.starting_by_time is not None:
+            return self._positions_at_times(
+                options.starting_by_time,
+                counts,
+                latest,
+                latest_if_none=options.starting_by_time_latest_if_none,
+            )
+        return resolve(
+            options.starting,
+            option="startingOffsets",
+            partition_counts=counts,
+            earliest=earliest,
+            latest=latest,
+        )
+
+    def _positions_at_times(
+        self,
+        by_time: TimestampSpec,
+        counts: dict[str, int],
+        latest: Positions,
+        *,
+        latest_if_none: bool,
+    ) -> Positions:
+        times = timestamps_for(by_time, latest, partition_counts=counts)
+        found = self.view.offsets_for_times(times)
+        return offsets_at_times(
+            times, found, latest, option=by_time.option, latest_if_none=latest_if_none
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, FluxInputPartition):
@@ -250,24 +301,43 @@ class _Reading:
 
 class FluxBatchReader(_Reading, DataSourceReader):
     """``spark.read.format("flux")``: ``startingOffsets`` (default earliest) to
-    ``endingOffsets`` (default latest), resolved once when the query is planned."""
+    ``endingOffsets`` (default latest), or the offsets of the timestamp options, resolved once
+    when the query is planned."""
 
     def partitions(self) -> Sequence[InputPartition]:
         try:
             counts = self.view.partition_counts(strict=True)
             earliest = self.view.offsets(counts, EARLIEST)
             latest = self.view.offsets(counts, LATEST)
+            start = self._starting_positions(counts, earliest, latest)
+            end = self._ending_positions(counts, earliest, latest)
         finally:
             self._close_view()
         options = self._options
-        start = resolve(
-            options.starting,
-            option="startingOffsets",
-            partition_counts=counts,
-            earliest=earliest,
-            latest=latest,
-        )
-        end = resolve(
+        starting_by_time, ending_by_time = options.starting_by_time, options.ending_by_time
+        starting_option = starting_by_time.option if starting_by_time else "startingOffsets"
+        ending_option = ending_by_time.option if ending_by_time else "endingOffsets"
+        for key in sorted(start):
+            if start[key] > end[key]:
+                raise FluxOptionError(
+                    f"the starting offset {start[key]} (option {starting_option!r}) is after "
+                    f"the ending offset {end[key]} (option {ending_option!r}) for "
+                    f"{key[0]}-{key[1]}"
+                )
+        return self._ranges(start, end)
+
+    def _ending_positions(
+        self, counts: dict[str, int], earliest: Positions, latest: Positions
+    ) -> Positions:
+        """Where the read ends (exclusive): at the offsets of ``endingTimestamp`` /
+        ``endingOffsetsByTimestamp`` (a timestamp no record reaches ends at the latest
+        offset, as in Spark), else at ``endingOffsets``."""
+        options = self._options
+        if options.ending_by_time is not None:
+            return self._positions_at_times(
+                options.ending_by_time, counts, latest, latest_if_none=True
+            )
+        return resolve(
             options.ending,
             option="endingOffsets",
             partition_counts=counts,
@@ -275,13 +345,6 @@ class FluxBatchReader(_Reading, DataSourceReader):
             latest=latest,
             unnamed="latest",
         )
-        for key in sorted(start):
-            if start[key] > end[key]:
-                raise FluxOptionError(
-                    f"startingOffsets {start[key]} is after endingOffsets {end[key]} for "
-                    f"{key[0]}-{key[1]}"
-                )
-        return self._ranges(start, end)
 
 
 class FluxStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -306,14 +369,7 @@ class FluxStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailabl
         counts = self.view.partition_counts(strict=True)
         earliest = self.view.offsets(counts, EARLIEST)
         latest = self.view.offsets(counts, LATEST)
-        start = resolve(
-            self._options.starting,
-            option="startingOffsets",
-            partition_counts=counts,
-            earliest=earliest,
-            latest=latest,
-        )
-        return to_spark(start)
+        return to_spark(self._starting_positions(counts, earliest, latest))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self._options.max_offsets_per_trigger is not None:

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_RECORDS_PER_PARTITION_DEFAULT",
     "MAX_RECORDS_PER_PARTITION_MAX",
     "METADATA_TIMEOUT_S",
+    "MIN_PARTITIONS_MAX",
     "PRODUCER_BATCH_BYTES_DEFAULT",
     "PRODUCER_LINGER_MS_DEFAULT",
     "SEND_CHUNK_ROWS",
@@ -32,6 +33,10 @@ SUBSCRIBE_TOPICS_MAX = 1_000
 #: larger range is split, so a backlog spreads over every core instead of one task.
 MAX_RECORDS_PER_PARTITION_DEFAULT = 1_000_000
 MAX_RECORDS_PER_PARTITION_MAX = 1 << 40
+
+#: ``minPartitions`` may not exceed this: each Spark input partition is a task (and an object
+#: the driver plans and pickles), so more would cost more than it spreads.
+MIN_PARTITIONS_MAX = 100_000
 
 #: ``maxOffsetsPerTrigger`` may not exceed this (it is a row count).
 MAX_OFFSETS_PER_TRIGGER_MAX = 1 << 40
