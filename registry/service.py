@@ -34,6 +34,7 @@ from flux.cluster.http.common import HttpError
 from flux.cluster.replication.partition import Partition
 from flux.cluster.replication.peers import FORWARDED_HEADER, PeerUnavailableError
 from flux.cluster.replication.reads import committed_records
+from flux.protocol.errors import ErrorCode
 
 from .errors import (
     BadRequestError,
@@ -398,13 +399,26 @@ class SchemaRegistry:
         return _json(answer, status=status)
 
     async def _catch_up_as_writer(self) -> None:
-        """The writer's view: every record of its log, up to its log end (whatever is there
-        will be committed, or the leader loses its place and its writes fail)."""
+        """The writer's view: every record of its log. A new leader's log may end with
+        records of its predecessor above the high watermark; they are waited for until
+        committed (so the view never holds a record a truncation could take back), then read,
+        so no id they hold is handed out again."""
         partition = self._api.replicas.partition_for_leader(SCHEMAS_TOPIC, 0)
         if not isinstance(partition, Partition):
             raise ForwardingError(f"broker {self._api.broker_id} no longer leads {SCHEMAS_TOPIC}")
+        log_end = partition.log.log_end_offset
+        if partition.high_watermark < log_end:
+            future = partition.add_delayed_produce(log_end)
+            try:
+                error = await asyncio.wait_for(asyncio.shield(future), WRITE_TIMEOUT_S)
+            except TimeoutError:
+                raise StoreTimeoutError(
+                    f"{SCHEMAS_TOPIC}'s in-sync replicas did not catch up in time"
+                ) from None
+            if error != ErrorCode.NONE:
+                raise StoreTimeoutError(f"cannot read {SCHEMAS_TOPIC}: {error.name}")
         async with self._sync_lock:
-            self._read_local(partition, upto=partition.log.log_end_offset)
+            self._read_local(partition, upto=partition.high_watermark)
 
     async def _wait_leader(self) -> int:
         """The leader of ``_schemas`` partition 0, creating the topic when it does not exist."""
