@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -133,12 +132,29 @@ def _kill_all(pids: list[int], signum: int) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (killed, not yet reaped by whoever inherited it) does
+    not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    if not Path("/proc").is_dir():
+        return True  # macOS: kill(0) is all there is
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # exited meanwhile
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_INTERVAL_S)
     return True
 
 
@@ -193,14 +209,18 @@ class _Daemon:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
-    def kill_tree(self) -> None:
-        """SIGKILL the JVM and everything below it at once: a machine lost, as far as Spark
-        can tell. Waits until the JVM is reaped."""
+    def kill_tree(self) -> list[int]:
+        """SIGKILL the JVM and everything below it at once (a machine lost, as far as Spark
+        can tell) and wait until all of them are gone; the pids killed."""
         if not self.is_running():
-            return
-        _kill_all([self.pid, *descendant_pids(self.pid)], signal.SIGKILL)
+            return []
+        victims = [self.pid, *descendant_pids(self.pid)]
+        _kill_all(victims, signal.SIGKILL)
         assert self.process is not None
         self.process.wait(timeout=STOP_TIMEOUT_S)
+        if not _wait_gone(victims, STOP_TIMEOUT_S):
+            raise RuntimeError(f"{self.name}: processes {victims} survived SIGKILL")
+        return victims
 
     def stop(self) -> None:
         """SIGTERM the process group (Spark's shutdown hooks stop a worker's executors),
@@ -209,14 +229,14 @@ class _Daemon:
         if self.process is None or self.process.poll() is not None:
             return
         below = descendant_pids(self.pid)
-        group = os.getpgid(self.pid)
+        group = self.pid  # started with start_new_session: it leads its process group
         try:
             os.killpg(group, signal.SIGTERM)
             self.process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             os.killpg(group, signal.SIGKILL)
             self.process.wait(timeout=STOP_TIMEOUT_S)
-        except ProcessLookupError:
+        except ProcessLookupError:  # exited meanwhile
             pass
         _kill_all([pid for pid in below if _alive(pid)], signal.SIGKILL)
 
@@ -247,15 +267,6 @@ class StandaloneWorker:
         None while it does not answer."""
         return _get_json(f"{self.web_ui_url}/json/")
 
-    def executor_ids(self, app_id: str) -> list[str]:
-        """Ids of the executors of application ``app_id`` running on this worker."""
-        state = self.state() or {}
-        return [
-            str(executor["id"])
-            for executor in state.get("executors", [])
-            if executor.get("appid") == app_id
-        ]
-
     def executor_pids(self) -> list[int]:
         """The executor JVMs (``CoarseGrainedExecutorBackend``) this worker started."""
         if not self.is_running():
@@ -264,10 +275,13 @@ class StandaloneWorker:
 
     def kill(self) -> list[int]:
         """SIGKILL the Worker JVM, its executors and their Python workers at once (a lost
-        machine); the pids killed. The master and the drivers notice the closed connections."""
-        killed = [self.pid, *descendant_pids(self.pid)] if self.is_running() else []
-        self._daemon.kill_tree()
-        return killed
+        machine) and wait until they are gone; the pids killed. The master and the drivers
+        notice the closed connections."""
+        return self._daemon.kill_tree()
+
+    def stop(self) -> None:
+        """SIGTERM (the worker stops its executors), SIGKILL after ``STOP_TIMEOUT_S``."""
+        self._daemon.stop()
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return self._daemon.log_tail(lines)
@@ -276,7 +290,13 @@ class StandaloneWorker:
 class StandaloneCluster:
     """A Spark standalone master and ``workers`` workers of ``cores_per_worker`` cores and
     ``memory_per_worker`` memory each, on ``host`` (loopback by default), started from the
-    installed PySpark with ``python`` as every executor's Python (it must import ``flux``).
+    installed PySpark (or the Spark installation at ``home``), each worker in
+    ``work_dir/worker-<n>`` (executor directories, logs, scratch space).
+
+    ``python`` is exported as ``PYSPARK_PYTHON`` to the master and workers, and executors
+    inherit it; the interpreter Spark's Python workers actually run is the one the *driver*
+    names in its own ``PYSPARK_PYTHON``, which ``flux_session`` sets to the driver's
+    interpreter. Either way it must import ``flux``.
 
     Use it as a context manager (``start`` + ``wait_ready``, then ``stop``), or call those.
     ``kill`` a worker (``cluster.workers[i].kill()``) to test failures; ``replace_dead_workers``
@@ -324,8 +344,8 @@ class StandaloneCluster:
 
     def driver_conf(self) -> dict[str, str]:
         """Spark settings for a driver on this machine: executors connect back to it on
-        ``host``, the address the cluster listens on (the default, the address the machine's
-        name resolves to, may not be reachable from a loopback-bound executor)."""
+        ``host``, the address the cluster listens on (by default the driver advertises the
+        address the machine's name resolves to)."""
         return {"spark.driver.host": self.host, "spark.driver.bindAddress": self.host}
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -409,7 +429,7 @@ class StandaloneCluster:
         failed start."""
         try:
             for worker in self.workers:
-                worker._daemon.stop()
+                worker.stop()
         finally:
             self._master.stop()
 
@@ -471,7 +491,9 @@ class StandaloneCluster:
                 "--work-dir",
                 str(worker.work_dir),
             ],
-            self._environment(),
+            # Executors' scratch space (shuffle files, blocks) under the worker's directory
+            # rather than /tmp: a killed executor cannot delete its own.
+            {**self._environment(), "SPARK_LOCAL_DIRS": str(worker.work_dir / "local")},
         )
         self.workers.append(worker)
         return worker
