@@ -5,6 +5,10 @@ JSON object.
                                           [--master local[2]] [--bootstrap HOST:PORT]
                                           [--nodes 1|3]
 
+``--master standalone`` starts a Spark standalone master and two workers of one core each
+from the installed PySpark (``flux.spark.standalone.StandaloneCluster``) and runs the same
+job there: the rows are pickled to executor processes, as on a real cluster.
+
 Without ``--bootstrap`` it starts ``--nodes`` node processes (data on disk in a temporary
 directory; with 3 nodes the topics are replicated on all three, ``min.insync.replicas`` 2) and
 stops them afterwards. Steps, each timed from the action's start to its end:
@@ -56,6 +60,32 @@ def _rates(records: int, seconds: float) -> dict[str, float]:
 def run(
     bootstrap: str, records: int, partitions: int, master: str, replication: int = 1
 ) -> dict[str, object]:
+    if master == "standalone":
+        from flux.spark.standalone import StandaloneCluster
+
+        with tempfile.TemporaryDirectory() as workdir:
+            with StandaloneCluster(Path(workdir), workers=2) as cluster:
+                figures = _run(
+                    bootstrap,
+                    records,
+                    partitions,
+                    cluster.master_url,
+                    replication,
+                    cluster.driver_conf(),
+                )
+                figures["master"] = "standalone (2 workers x 1 core)"
+                return figures
+    return _run(bootstrap, records, partitions, master, replication, {})
+
+
+def _run(
+    bootstrap: str,
+    records: int,
+    partitions: int,
+    master: str,
+    replication: int,
+    conf: dict[str, str],
+) -> dict[str, object]:
     from flux.sdk import Admin
     from flux.spark import flux_session
 
@@ -72,7 +102,11 @@ def run(
     spark = flux_session(
         "flux-spark-benchmark",
         master=master,
-        conf={"spark.sql.shuffle.partitions": str(partitions), "spark.ui.enabled": "false"},
+        conf={
+            "spark.sql.shuffle.partitions": str(partitions),
+            "spark.ui.enabled": "false",
+            **conf,
+        },
     )
     try:
 
