@@ -20,38 +20,9 @@ from flux.cli.schema import registry_urls, schema
 from flux.cluster.launcher import NodeProcess
 
 from tests.integration.http_helpers import running_cluster
+from tests.integration.test_schema_registry import USER_BAD, USER_V1, USER_V2
 
 pytestmark = pytest.mark.integration
-
-USER_V1 = {
-    "type": "record",
-    "name": "User",
-    "namespace": "com.example",
-    "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}],
-}
-#: Backward compatible with v1: the new field has a default, and int reads as long.
-USER_V2 = {
-    "type": "record",
-    "name": "User",
-    "namespace": "com.example",
-    "fields": [
-        {"name": "name", "type": "string"},
-        {"name": "age", "type": "long"},
-        {"name": "email", "type": ["null", "string"], "default": None},
-    ],
-}
-#: Not backward compatible with v2: a new field without a default.
-USER_BAD = {
-    "type": "record",
-    "name": "User",
-    "namespace": "com.example",
-    "fields": [
-        {"name": "name", "type": "string"},
-        {"name": "age", "type": "long"},
-        {"name": "country", "type": "string"},
-    ],
-}
-
 
 #: The tests give the address themselves: none from the environment.
 NO_ADDRESS_ENV: dict[str, str | None] = {"FLUX_HTTP": None, "FLUX_SCHEMA_REGISTRY_URL": None}
