@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from flux.cluster.http.common import HttpError
+from flux.cluster.http.common import INTERNAL_TOPICS, HttpError
 from flux.cluster.replication.partition import Partition
 from flux.cluster.replication.peers import FORWARDED_HEADER, PeerUnavailableError
 from flux.cluster.replication.reads import committed_records
@@ -525,7 +525,7 @@ class SchemaRegistry:
         state = self.state
         while True:
             path = (
-                f"/topics/{SCHEMAS_TOPIC}/partitions/0/messages"
+                f"{INTERNAL_TOPICS}/{SCHEMAS_TOPIC}/partitions/0/messages"
                 f"?offset={state.applied_offset}&limit={CATCH_UP_BATCH}"
             )
             status, answer = await self._api.peers.request(leader, "GET", path, timeout_s=5.0)

@@ -36,7 +36,7 @@ from ..kafka.apis import KafkaApis
 from ..replication.peers import BrokerPeers
 from ..replication.replica_manager import ReplicaManager
 from ..transactions.coordinator import MARKERS_PATH
-from .common import HttpError, parse_json_object
+from .common import INTERNAL_TOPICS, HttpError, parse_json_object
 from .flux_api import FluxApi
 from .forward_link import LINK_PATH, ForwardLinks
 from .group_commit import GroupCommit
@@ -139,6 +139,14 @@ class HttpApi(FluxApi, RestApi):
             ),
             web.get("/internal/groups", json_route(self._internal_list_groups, "internal")),
             web.get("/internal/topic-totals", json_route(self._internal_topic_totals, "internal")),
+            # What a broker asks another broker of a topic (offsets, a forwarded read): the
+            # public handlers under the node credential, since a secured cluster's client
+            # credentials stay with the broker that checked them.
+            web.get(INTERNAL_TOPICS + "/{topic}", json_route(self._describe_topic, "internal")),
+            web.get(
+                INTERNAL_TOPICS + "/{topic}/partitions/{partition}/messages",
+                json_route(self._read, "internal"),
+            ),
             web.get(
                 "/internal/subscriptions/{id}/deliveries",
                 json_route(self._internal_deliveries, "internal"),

@@ -35,7 +35,11 @@ from .forward_link import ForwardLinks
 from .group_commit import GroupCommit
 from .metrics import BrokerMetrics
 
-__all__ = ["HttpApiBase", "HttpError", "message_json", "parse_json_object"]
+__all__ = ["INTERNAL_TOPICS", "HttpApiBase", "HttpError", "message_json", "parse_json_object"]
+
+#: ``GET /topics/{t}`` and ``GET /topics/{t}/partitions/{p}/messages`` as brokers call them on
+#: each other (under the node credential: ``cluster.internal_security``).
+INTERNAL_TOPICS = "/internal/topics"
 
 MAX_HEADERS_PER_MESSAGE = 100
 PRODUCE_TIMEOUT_S = 30.0
@@ -465,7 +469,10 @@ class HttpApiBase:
             return None
         try:
             status, answer = await self._peers.request(
-                leader, "GET", f"/topics/{topic}/partitions/{index}/messages?limit=0", timeout_s=3.0
+                leader,
+                "GET",
+                f"{INTERNAL_TOPICS}/{topic}/partitions/{index}/messages?limit=0",
+                timeout_s=3.0,
             )
         except PeerUnavailableError:
             return None

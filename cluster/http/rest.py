@@ -23,6 +23,7 @@ from ..replication.peers import FORWARDED_HEADER, PeerUnavailableError
 from ..replication.reads import committed_records
 from ..topics import InvalidTopicError, validate_topic_name
 from .common import (
+    INTERNAL_TOPICS,
     NOT_LEADER_STATUS,
     HttpApiBase,
     HttpError,
@@ -179,7 +180,7 @@ class RestApi(HttpApiBase):
         async def ask(leader: int) -> dict[int, dict[str, Any]]:
             try:
                 status, answer = await self._peers.request(
-                    leader, "GET", f"/topics/{name}", timeout_s=3.0
+                    leader, "GET", f"{INTERNAL_TOPICS}/{name}", timeout_s=3.0
                 )
             except PeerUnavailableError:
                 return {}
@@ -338,7 +339,10 @@ class RestApi(HttpApiBase):
                 leader=leader,
             )
         try:
-            status, answer = await self._peers.request(leader, "GET", request.path_qs)
+            path = request.path_qs
+            if not path.startswith(INTERNAL_TOPICS):
+                path = "/internal" + path  # under the node credential (a secured cluster)
+            status, answer = await self._peers.request(leader, "GET", path)
         except PeerUnavailableError as error:
             raise HttpError(503, f"leader unreachable: {error}") from None
         if status != 200:

@@ -177,3 +177,61 @@ def _raw(node: NodeProcess, path: str, *, user: str | None = None) -> tuple[int,
 def _end(node: NodeProcess, topic: str) -> int:
     with KafkaConnection.from_bootstrap(node.ready["bootstrap_servers"]) as conn:
         return list_offset(conn, topic, -1)["offset"]
+
+
+def test_brokers_forward_reads_to_each_other_in_a_secured_cluster(tmp_path: Any) -> None:
+    """With http_auth required, what a broker asks another of a topic (a read of a partition
+    it does not lead, the leaders' offsets of a describe) goes under the node credential: the
+    client's credentials were checked by the broker it called."""
+    from tests.integration.http_helpers import running_cluster
+
+    security = {
+        "http_auth": "required",
+        "authorizer_enable": True,
+        "super_users": ["User:ANONYMOUS"],
+        "internal_auth": True,
+    }
+    with running_cluster(tmp_path, 3, security=security, topic={"replication_factor": 3}) as nodes:
+        admin = AdminClient({"bootstrap.servers": nodes[0].ready["bootstrap_servers"]})
+        upsertion = UserScramCredentialUpsertion(
+            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), PASSWORD.encode()
+        )
+        for future in admin.alter_user_scram_credentials([upsertion]).values():
+            future.result(timeout=30)
+        for future in admin.create_topics([NewTopic("orders", 3, 3)]).values():
+            future.result(timeout=30)
+        bindings = [
+            AclBinding(
+                ResourceType.TOPIC,
+                "orders",
+                ResourcePatternType.LITERAL,
+                "User:alice",
+                "*",
+                operation,
+                AclPermissionType.ALLOW,
+            )
+            for operation in (AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE)
+        ]
+        for future in admin.create_acls(bindings).values():
+            future.result(timeout=30)
+        for partition in range(3):
+            message = {"messages": [{"value": f"m-{partition}", "partition": partition}]}
+            status, answer, _ = _call(
+                nodes[1], "POST", "/topics/orders/messages", message, user="alice"
+            )
+            assert status == 200, answer
+        # Broker 1 leads at most one partition: the others' reads are forwarded.
+        for partition in range(3):
+            status, answer, _ = _call(
+                nodes[0], "GET", f"/topics/orders/partitions/{partition}/messages", user="alice"
+            )
+            assert status == 200, answer
+            assert [m["value"] for m in answer["messages"]] == [f"m-{partition}"]
+        status, answer, _ = _call(nodes[2], "GET", "/topics/orders?offsets=all", user="alice")
+        assert status == 200, answer
+        assert [p["high_watermark"] for p in answer["partitions"]] == [1, 1, 1]
+        # The node-only paths refuse a client, even one with valid credentials.
+        status, _, _ = _call(
+            nodes[0], "GET", "/internal/topics/orders/partitions/0/messages", user="alice"
+        )
+        assert status == 401
