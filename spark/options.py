@@ -88,7 +88,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -398,31 +398,12 @@ def parse_timestamps(text: str, *, option: str) -> Mapping[str, Mapping[int, int
         f'option {option!r} must be JSON like {{"topic": {{"0": 1700000000000}}}} '
         "(per partition, a record timestamp in ms since the epoch, >= 0)"
     )
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise FluxOptionError(f"{expected}; got {text!r} ({error.msg})") from None
-    if not isinstance(parsed, dict) or not parsed:
-        raise FluxOptionError(f"{expected}; got {text!r}")
-    spec: dict[str, dict[int, int]] = {}
-    for topic, partitions in parsed.items():
-        if not isinstance(partitions, dict) or not partitions:
-            raise FluxOptionError(f"{expected}; topic {topic!r} maps to {partitions!r}")
-        times: dict[int, int] = {}
-        for partition, timestamp in partitions.items():
-            if not (isinstance(partition, str) and partition.isdigit()):
-                raise FluxOptionError(f"{expected}; {partition!r} of {topic!r} is no partition")
-            if (
-                isinstance(timestamp, bool)
-                or not isinstance(timestamp, int)
-                or not 0 <= timestamp <= _TIMESTAMP_MS_MAX
-            ):
-                raise FluxOptionError(
-                    f"{expected}; timestamp {timestamp!r} of {topic}-{partition} is not valid"
-                )
-            times[int(partition)] = timestamp
-        spec[topic] = times
-    return spec
+    return _partition_map(
+        text,
+        expected,
+        noun="timestamp",
+        valid=lambda timestamp: 0 <= timestamp <= _TIMESTAMP_MS_MAX,
+    )
 
 
 _AVRO_ONLY = ("schemaRegistryUrl", "valueSubject", "valueSchemaVersion", "mode")
@@ -526,6 +507,16 @@ def parse_offsets(
         else f"option {option!r} must be 'latest' or JSON like "
         '{"topic": {"0": 42, "1": -1}} (-1 latest)'
     )
+    lowest = EARLIEST if allow_earliest else LATEST
+    return _partition_map(text, expected, noun="offset", valid=lambda offset: offset >= lowest)
+
+
+def _partition_map(
+    text: str, expected: str, *, noun: str, valid: Callable[[int], bool]
+) -> dict[str, dict[int, int]]:
+    """Spark's per-partition JSON (``{"topic": {"0": <int>}}``) into topic -> partition ->
+    number; ``FluxOptionError`` says ``expected`` and names what is wrong (a ``noun`` that is
+    not an integer or not ``valid``)."""
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as error:
@@ -533,20 +524,19 @@ def parse_offsets(
     if not isinstance(parsed, dict) or not parsed:
         raise FluxOptionError(f"{expected}; got {text!r}")
     spec: dict[str, dict[int, int]] = {}
-    lowest = EARLIEST if allow_earliest else LATEST
     for topic, partitions in parsed.items():
         if not isinstance(partitions, dict) or not partitions:
             raise FluxOptionError(f"{expected}; topic {topic!r} maps to {partitions!r}")
-        offsets: dict[int, int] = {}
-        for partition, offset in partitions.items():
+        numbers: dict[int, int] = {}
+        for partition, number in partitions.items():
             if not (isinstance(partition, str) and partition.isdigit()):
                 raise FluxOptionError(f"{expected}; {partition!r} of {topic!r} is no partition")
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < lowest:
+            if isinstance(number, bool) or not isinstance(number, int) or not valid(number):
                 raise FluxOptionError(
-                    f"{expected}; offset {offset!r} of {topic}-{partition} is not valid"
+                    f"{expected}; {noun} {number!r} of {topic}-{partition} is not valid"
                 )
-            offsets[int(partition)] = offset
-        spec[topic] = offsets
+            numbers[int(partition)] = number
+        spec[topic] = numbers
     return spec
 
 
