@@ -473,10 +473,7 @@ def _version_number(version: int | str) -> int:
     try:
         number = int(version)
     except (TypeError, ValueError):
-        raise InvalidVersionError(
-            f"The specified version '{version}' is not a valid version id. Allowed values are "
-            'between [1, 2^31-1] and the string "latest"'
-        ) from None
+        number = 0
     if number < 1:
         raise InvalidVersionError(
             f"The specified version '{version}' is not a valid version id. Allowed values are "

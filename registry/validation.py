@@ -43,7 +43,8 @@ class SchemaValidation:
     async def prepare(self, topic: str, records: bytes | memoryview, config: Any) -> None:
         """Catch the registry view up when ``records`` name an id it does not hold for the
         topic's subjects."""
-        if self._unknown(topic, records, config):
+        problem = self._problem(topic, records, config)
+        if problem is not None and problem[1]:
             try:
                 await self._registry.catch_up()
             except RegistryError:
@@ -51,29 +52,27 @@ class SchemaValidation:
 
     def refusal(self, topic: str, records: bytes | memoryview, config: Any) -> str | None:
         """Why ``records`` may not be appended to ``topic``, or None."""
+        problem = self._problem(topic, records, config)
+        return None if problem is None else problem[0]
+
+    def _problem(
+        self, topic: str, records: bytes | memoryview, config: Any
+    ) -> tuple[str, bool] | None:
+        """The first record's problem: its description, and whether it is an id the view does
+        not hold (which catching up may solve)."""
         try:
             for field, subject, data in _checked_fields(topic, records, config):
                 if data is None or len(data) < 5 or data[0] != MAGIC_BYTE:
                     return (
                         f"the record's {field} is not in the schema registry's wire format "
                         f"(magic byte 0 and a schema id), as {topic} requires"
-                    )
+                    ), False
                 schema_id = int.from_bytes(data[1:5], "big")
                 if schema_id not in self._subject_ids(subject):
-                    return f"schema id {schema_id} is not registered under subject {subject}"
+                    return f"schema id {schema_id} is not registered under subject {subject}", True
         except CorruptRecordError:
             return None  # the append names the problem
         return None
-
-    def _unknown(self, topic: str, records: bytes | memoryview, config: Any) -> bool:
-        try:
-            for _field, subject, data in _checked_fields(topic, records, config):
-                if data is not None and len(data) >= 5 and data[0] == MAGIC_BYTE:
-                    if int.from_bytes(data[1:5], "big") not in self._subject_ids(subject):
-                        return True
-        except CorruptRecordError:
-            return False
-        return False
 
     def _subject_ids(self, subject: str) -> set[int]:
         try:

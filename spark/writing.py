@@ -266,16 +266,15 @@ def _as_bytes(column: Any) -> list[bytes | None]:
 def _messages(
     batch: pa.RecordBatch, columns: SinkColumns, default_topic: str | None
 ) -> dict[str, list[Message]]:
-    """The rows of ``batch`` as Messages grouped by topic, in row order within each topic."""
+    """The rows of ``batch`` as Messages grouped by topic, in row order within each topic
+    (rows naming their own topic, partition or headers)."""
     values = batch.column("value").to_pylist()
     rows = len(values)
     keys = batch.column("key").to_pylist() if columns.key else [None] * rows
     partitions = batch.column("partition").to_pylist() if columns.partition else None
     headers = batch.column("headers").to_pylist() if columns.headers else None
     if not columns.topic:
-        assert default_topic is not None
-        if partitions is None and headers is None:
-            return {default_topic: [Message(v, key=k) for k, v in zip(keys, values, strict=True)]}
+        # Rows with neither partition nor headers went to ``_plain_records``.
         topics: list[str | None] = [default_topic] * rows
     else:
         topics = batch.column("topic").to_pylist()

@@ -57,22 +57,21 @@ class ProduceApis(KafkaApisBase):
         """Append every batch (in the order requests arrive: nothing here awaits before the
         appends); acks=all answers with a ``Deferred`` response completed by replication."""
         acks = body["acks"]
-        if self.record_validator is not None:
-            await self._prepare_validation(body)
+        targets = self._leaders_of(body)
+        if self.record_validator is not None and await self._prepare_validation(targets):
+            targets = self._leaders_of(body)  # it awaited: leadership may have moved
         new_leaders: set[int] = set()
         responses = []
         waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]] = []
-        for topic_data in body["topic_data"]:
-            name = topic_data["name"]
+        for name, partitions in targets:
             partition_responses = []
-            for partition_data in topic_data["partition_data"]:
+            for partition_data, found in partitions:
                 index = partition_data["index"]
                 if acks not in (0, 1, -1):
                     partition_responses.append(
                         _partition_result(index, ErrorCode.INVALID_REQUIRED_ACKS)
                     )
                     continue
-                found = self._replicas.partition_for_leader(name, index)
                 if isinstance(found, ErrorCode):
                     result = _partition_result(index, found)
                     if found == ErrorCode.NOT_LEADER_OR_FOLLOWER and header.api_version >= 10:
@@ -95,19 +94,37 @@ class ProduceApis(KafkaApisBase):
             return None
         return response
 
-    async def _prepare_validation(self, body: dict[str, Any]) -> None:
+    def _leaders_of(
+        self, body: dict[str, Any]
+    ) -> list[tuple[str, list[tuple[dict[str, Any], Partition | ErrorCode]]]]:
+        """Each topic's partition data with the partition this broker leads (or the error)."""
+        return [
+            (
+                topic_data["name"],
+                [
+                    (data, self._replicas.partition_for_leader(topic_data["name"], data["index"]))
+                    for data in topic_data["partition_data"]
+                ],
+            )
+            for topic_data in body["topic_data"]
+        ]
+
+    async def _prepare_validation(
+        self, targets: list[tuple[str, list[tuple[dict[str, Any], Partition | ErrorCode]]]]
+    ) -> bool:
         """Before any append: let the validator fetch what it needs for the validated topics'
-        records (in request order; the appends that follow do not await)."""
+        records (in request order; the appends that follow do not await). Whether it was
+        asked at all (then it may have awaited)."""
         validator = self.record_validator
         assert validator is not None
-        for topic_data in body["topic_data"]:
-            for partition_data in topic_data["partition_data"]:
-                found = self._replicas.partition_for_leader(
-                    topic_data["name"], partition_data["index"]
-                )
-                records = partition_data["records"]
+        asked = False
+        for _name, partitions in targets:
+            for data, found in partitions:
+                records = data["records"]
                 if isinstance(found, Partition) and records and validator.enabled(found.config):
                     await validator.prepare(found.topic, records, found.config)
+                    asked = True
+        return asked
 
     def _name_current_leader(
         self, result: dict[str, Any], topic: str, index: int, new_leaders: set[int]

@@ -58,24 +58,16 @@ def _call(
         return error.code, json.loads(error.read() or b"null"), dict(error.headers)
 
 
-def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodeProcess]) -> None:
-    # The PLAINTEXT listener's anonymous principal is the administrator here (a test setup:
-    # a real cluster names a certificate or SCRAM user in super_users).
-    node = node_factory(
-        security={
-            "http_auth": "required",
-            "authorizer_enable": True,
-            "super_users": ["User:ANONYMOUS"],
-        },
-        topic={"partitions": 1, "replication_factor": 1},
-    )
+def _alice_may(node: NodeProcess, topics: list[Any], operations: tuple[Any, ...]) -> AdminClient:
+    """Create the SCRAM user alice, ``topics``, and ACLs letting alice do ``operations`` on
+    the topic orders; the admin client (the anonymous super user) that did it."""
     admin = AdminClient({"bootstrap.servers": node.ready["bootstrap_servers"]})
     upsertion = UserScramCredentialUpsertion(
         "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), PASSWORD.encode()
     )
     for future in admin.alter_user_scram_credentials([upsertion]).values():
         future.result(timeout=30)
-    for future in admin.create_topics([NewTopic(t, 1, 1) for t in ("orders", "payments")]).values():
+    for future in admin.create_topics(topics).values():
         future.result(timeout=30)
     bindings = [
         AclBinding(
@@ -87,10 +79,29 @@ def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodePro
             operation,
             AclPermissionType.ALLOW,
         )
-        for operation in (AclOperation.WRITE, AclOperation.READ)
+        for operation in operations
     ]
     for future in admin.create_acls(bindings).values():
         future.result(timeout=30)
+    return admin
+
+
+def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodeProcess]) -> None:
+    # The PLAINTEXT listener's anonymous principal is the administrator here (a test setup:
+    # a real cluster names a certificate or SCRAM user in super_users).
+    node = node_factory(
+        security={
+            "http_auth": "required",
+            "authorizer_enable": True,
+            "super_users": ["User:ANONYMOUS"],
+        },
+        topic={"partitions": 1, "replication_factor": 1},
+    )
+    admin = _alice_may(
+        node,
+        [NewTopic(t, 1, 1) for t in ("orders", "payments")],
+        (AclOperation.WRITE, AclOperation.READ),
+    )
 
     message = {"id": "m-1", "topic": "orders", "message": "hello"}
     # No credentials, a wrong password, an unknown user: 401, nothing written.
@@ -192,28 +203,11 @@ def test_brokers_forward_reads_to_each_other_in_a_secured_cluster(tmp_path: Any)
         "internal_auth": True,
     }
     with running_cluster(tmp_path, 3, security=security, topic={"replication_factor": 3}) as nodes:
-        admin = AdminClient({"bootstrap.servers": nodes[0].ready["bootstrap_servers"]})
-        upsertion = UserScramCredentialUpsertion(
-            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), PASSWORD.encode()
+        _alice_may(
+            nodes[0],
+            [NewTopic("orders", 3, 3)],
+            (AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE),
         )
-        for future in admin.alter_user_scram_credentials([upsertion]).values():
-            future.result(timeout=30)
-        for future in admin.create_topics([NewTopic("orders", 3, 3)]).values():
-            future.result(timeout=30)
-        bindings = [
-            AclBinding(
-                ResourceType.TOPIC,
-                "orders",
-                ResourcePatternType.LITERAL,
-                "User:alice",
-                "*",
-                operation,
-                AclPermissionType.ALLOW,
-            )
-            for operation in (AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE)
-        ]
-        for future in admin.create_acls(bindings).values():
-            future.result(timeout=30)
         for partition in range(3):
             message = {"messages": [{"value": f"m-{partition}", "partition": partition}]}
             status, answer, _ = _call(
