@@ -164,10 +164,10 @@ def offsets_at_times(
     ``times``, the first offset whose record timestamp is >= the partition's time, or -1
     when no record's is.
 
-    An offset at or past ``latest`` counts as none found: Kafka's ListOffsets never returns
-    one a reader cannot fetch yet (past the high watermark, or with read_committed the last
-    stable offset), and Flux's broker checks only the high watermark. Where none is found the
-    position is ``latest`` with ``latest_if_none`` (an ending timestamp always;
+    An offset at or past ``latest`` counts as none found: ListOffsets never returns one a
+    reader cannot fetch yet (past the high watermark, or with read_committed the last stable
+    offset), but ``latest`` was read in a request of its own and may be older. Where none is
+    found the position is ``latest`` with ``latest_if_none`` (an ending timestamp always;
     ``startingOffsetsByTimestampStrategy=latest``), otherwise ``FluxOptionError`` names the
     partitions and their timestamps.
     """

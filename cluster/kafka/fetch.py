@@ -205,7 +205,11 @@ class FetchApis(KafkaApisBase):
             return result
         else:
             try:
-                at = self._offset_for_timestamp(partition, timestamp)
+                # Like "latest": a reader may not be sent an offset it cannot fetch yet, so the
+                # search stops below the last stable offset under read_committed (Kafka's
+                # lastFetchableOffset) and below the high watermark otherwise.
+                fetchable = partition.last_stable_offset if read_committed else None
+                at = self._offset_for_timestamp(partition, timestamp, fetchable)
             except OSError as error:  # LogDirectoryError: the directory is offline now
                 log.error("cannot search %s-%d by time: %s", name, index, error)
                 result["error_code"] = error_code_for(error)
@@ -256,14 +260,20 @@ class FetchApis(KafkaApisBase):
         result["low_watermark"] = start
         return result
 
-    def _offset_for_timestamp(self, partition: Partition, timestamp: int) -> tuple[int, int] | None:
+    def _offset_for_timestamp(
+        self, partition: Partition, timestamp: int, fetchable: int | None = None
+    ) -> tuple[int, int] | None:
+        """The first record at or after ``timestamp`` below ``fetchable`` (default: the high
+        watermark), as ``(offset, timestamp)``; None if there is none."""
+        if fetchable is None:
+            fetchable = partition.high_watermark
         found = partition.log.offset_for_timestamp(timestamp)
         if found is None:
             return None
         _, batch = found
         try:
             for record in decode_records(batch):
-                if record.timestamp >= timestamp and record.offset < partition.high_watermark:
+                if record.timestamp >= timestamp and record.offset < fetchable:
                     return record.offset, record.timestamp
         except CorruptRecordError:
             log.error(

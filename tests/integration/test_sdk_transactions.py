@@ -177,6 +177,42 @@ def test_the_async_api_and_the_lso(bootstrap: str) -> None:
     asyncio.run(scenario())
 
 
+def _confluent_offset_for_time(bootstrap: str, topic: str, at_ms: int, isolation: str) -> int:
+    """What confluent-kafka's ``offsets_for_times`` finds in partition 0 (-1: none)."""
+    from confluent_kafka import Consumer as ConfluentConsumer
+    from confluent_kafka import TopicPartition as ConfluentPartition
+
+    consumer = ConfluentConsumer(
+        {"bootstrap.servers": bootstrap, "group.id": "times", "isolation.level": isolation}
+    )
+    try:
+        [found] = consumer.offsets_for_times([ConfluentPartition(topic, 0, at_ms)], timeout=10)
+    finally:
+        consumer.close()
+    return int(found.offset)
+
+
+def test_a_time_search_under_read_committed_stops_at_the_lso(bootstrap: str) -> None:
+    """ListOffsets by timestamp never names an offset its reader cannot fetch yet: under
+    read_committed not a record of a transaction still open (Kafka's lastFetchableOffset),
+    under read_uncommitted everything below the high watermark."""
+    topic = "sdk-tx-times"
+    _create(bootstrap, {topic: 1})
+    base = int(time.time() * 1000)
+    with Producer(bootstrap, transactional_id="sdk-tx-times") as producer:
+        producer.init_transactions()
+        with producer.transaction():
+            producer.produce(topic, b"committed", timestamp_ms=base).result(timeout=10)
+        producer.begin_transaction()
+        producer.produce(topic, b"open", timestamp_ms=base + 1000).result(timeout=10)
+        later = base + 500  # only the open transaction's record is at or after it
+        assert _confluent_offset_for_time(bootstrap, topic, later, "read_uncommitted") == 2
+        assert _confluent_offset_for_time(bootstrap, topic, later, "read_committed") == -1
+        assert _confluent_offset_for_time(bootstrap, topic, base, "read_committed") == 0
+        producer.commit_transaction()
+    assert _confluent_offset_for_time(bootstrap, topic, later, "read_committed") == 2
+
+
 def test_consume_transform_produce(bootstrap: str) -> None:
     """Offsets sent in a transaction count only if it commits: an aborted round leaves the
     group's offsets (and the output) as they were, and is done again."""
