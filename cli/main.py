@@ -298,7 +298,7 @@ def _cluster_up_locked(
             controller_base_port=base_port + CONTROLLER_PORT_OFFSET if base_port else 0,
             http_base_port=base_port + BROKER_HTTP_PORT_OFFSET if base_port else 0,
             tls=tls,
-            extra={"v1": {"port": 0}} if v1 else None,
+            extra=_new_cluster_settings(nodes, v1=v1),
         )
     for process in processes:
         process.start()
@@ -320,6 +320,23 @@ def _cluster_up_locked(
         state["security"] = _security_record(tls.ca_file, root / CLIENT_PROPERTIES_FILE)
     _save_state(root, state)
     _print_status(_status(state), as_json)
+
+
+def _new_cluster_settings(nodes: int, *, v1: bool) -> dict[str, dict[str, Any]]:
+    """Config sections a new local cluster of ``nodes`` gets over the node defaults.
+
+    Topics created without a replication factor (auto-created by ``POST /publish`` or a
+    client's Metadata request, CreateTopics with -1) get ``min(3, nodes)`` replicas and, with
+    three, ``min.insync.replicas=2``: what ``docker-compose.cluster.yml`` sets and what a
+    Kafka operator runs in production. A node's own default stays Kafka's 1 (one node alone
+    cannot hold more); a first publish to a 3-node ``make up`` cluster is replicated."""
+    replicas = min(3, nodes)
+    settings: dict[str, dict[str, Any]] = {
+        "topic": {"replication_factor": replicas, "min_insync_replicas": 2 if replicas >= 3 else 1}
+    }
+    if v1:
+        settings["v1"] = {"port": 0}
+    return settings
 
 
 def _secure_local_cluster(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from flux.protocol.api import ApiKey
+from flux.sdk import Admin
 from flux.sdk.wire import KafkaConnection
 
 pytestmark = pytest.mark.integration
@@ -92,6 +93,23 @@ def test_cluster_lifecycle(tmp_path: Path) -> None:
         assert all(sorted(p["replicas"]) == [1, 2, 3] for p in described["partitions"])
         table = _fluxctl("topic", "describe", "spread", "--bootstrap", bootstrap).stdout
         assert "leader epoch" in table and "isr" in table
+
+        # A first publish auto-creates its topic with the new cluster's defaults: replicated.
+        publish = urllib.request.Request(
+            f"http://{up['nodes'][0]['broker_http']}/publish",
+            data=json.dumps({"topic": "first-publish", "message": "hello"}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(publish, timeout=30) as answer:
+            assert answer.status == 200
+        first = json.loads(
+            _fluxctl(
+                "topic", "describe", "first-publish", "--json", "--bootstrap", bootstrap
+            ).stdout
+        )
+        assert [sorted(p["replicas"]) for p in first["partitions"]] == [[1, 2, 3]]
+        with Admin(bootstrap) as admin:
+            assert admin.describe_configs("first-publish")["min.insync.replicas"].value == "2"
 
         _fluxctl("cluster", "kill", "3", "--data-dir", data_dir)
         status = json.loads(_fluxctl("cluster", "status", "--data-dir", data_dir, "--json").stdout)
