@@ -31,16 +31,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flux.chaos.fuzz.runner import TARGETS, FuzzNode, FuzzSettings, run_fuzz  # noqa: E402
+from flux.chaos.fuzz.runner import (  # noqa: E402
+    CLUSTER_SETTINGS,
+    TARGETS,
+    FuzzNode,
+    FuzzSettings,
+    run_fuzz,
+)
 from flux.cluster.launcher import NodeProcess, local_cluster_configs  # noqa: E402
-
-#: Settings of the fuzzed cluster: delayed requests (fetch long polls, acks=all) end within
-#: 3 s, so a case that takes the whole case timeout (10 s) is a real hang; groups do not wait
-#: for more members; sessions survive the fuzzer's load on two cores.
-CLUSTER_SETTINGS = {
-    "broker": {"request_timeout_ms": 3000, "group_initial_rebalance_delay_ms": 0},
-    "controller": {"session_timeout_ms": 6000},
-}
 
 
 def fuzz_nodes(processes: list[NodeProcess]) -> list[FuzzNode]:

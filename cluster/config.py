@@ -355,6 +355,15 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "group_initial_rebalance_delay_ms": _Key(
             3000, _int(0), "group.initial.rebalance.delay.ms: wait for more members"
         ),
+        "group_min_session_timeout_ms": _Key(
+            6000, _int(1), "group.min.session.timeout.ms: shortest consumer session accepted"
+        ),
+        "group_max_session_timeout_ms": _Key(
+            1_800_000,
+            _int(1),
+            "group.max.session.timeout.ms: longest consumer session accepted (also bounds how"
+            " long a silent member holds a rebalance)",
+        ),
         "replica_lag_time_max_ms": _Key(
             10000, _int(10), "a follower not caught up this long leaves the ISR"
         ),
@@ -619,6 +628,14 @@ def parse_config(raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = 
             "every node, brokers included"
         )
     _check_election_timeouts(values["controller"])
+    if (
+        values["broker"]["group_min_session_timeout_ms"]
+        > values["broker"]["group_max_session_timeout_ms"]
+    ):
+        raise ConfigError(
+            "broker.group_min_session_timeout_ms must be at most "
+            "broker.group_max_session_timeout_ms"
+        )
     return NodeConfig(values)
 
 

@@ -187,6 +187,8 @@ class Node:
         groups = GroupCoordinator(
             replicas,
             initial_rebalance_delay_ms=config.broker.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.broker.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.broker.group_max_session_timeout_ms,
             create_offsets_topic=lambda: apis.create_offsets_topic(),
             retention=OffsetsRetention.from_config(config),
         )

@@ -11,7 +11,10 @@ How a case is judged:
   ApiVersions v0 request). Frames are read until the probe's answer (the case was answered,
   or needed no answer, like a Produce with acks=0) or until the broker closes the connection;
   no verdict within ``case_timeout_s`` is a **hang**. Connections are reused while the broker
-  keeps them open, which is what makes hundreds of cases per second possible.
+  keeps them open, which is what makes hundreds of cases per second possible. A JoinGroup or
+  SyncGroup may wait by the protocol for the group's other members (those that have not
+  rejoined, until their sessions end, as in Kafka; ``CLUSTER_SETTINGS`` caps sessions at
+  ``GROUP_MAX_SESSION_MS``), so those get ``group_wait_s`` more before they count as hangs.
 * Kafka, lying frame or garbage (``KafkaCase.raw``): sent on a fresh connection that is then
   half-closed; the broker must close it (answers before that are fine) within the timeout.
 * HTTP: any status below 500 is an answer; 500 is a **server error** (an exception escaped a
@@ -60,7 +63,15 @@ from .http_cases import HttpCase, http_case
 from .mutate import KafkaCase, kafka_case
 from .replication_cases import ReplicationCase, decode_fetch_answer, replication_case
 
-__all__ = ["FuzzNode", "FuzzReport", "FuzzSettings", "TARGETS", "run_fuzz"]
+__all__ = [
+    "CLUSTER_SETTINGS",
+    "GROUP_MAX_SESSION_MS",
+    "FuzzNode",
+    "FuzzReport",
+    "FuzzSettings",
+    "TARGETS",
+    "run_fuzz",
+]
 
 log = logging.getLogger("flux.chaos.fuzz")
 
@@ -93,6 +104,23 @@ EXAMPLES_MAX = 20
 OPEN_BUG_MARKERS: tuple[bytes, ...] = ()
 #: Bytes of a failing case quoted in a report (enough for a regression test's literal).
 LITERAL_BYTES_MAX = 4096
+#: The longest consumer session the fuzzed cluster accepts (Kafka's default is 30 minutes: a
+#: fuzzed member that never heartbeats would hold its group's next rebalance that long).
+GROUP_MAX_SESSION_MS = 10_000
+#: Settings of a fuzzed cluster: delayed requests (fetch long polls, acks=all) end within 3 s,
+#: so a case that takes the whole case timeout (10 s) is a real hang; groups do not wait for
+#: more members and hold a rebalance for a silent member at most ``GROUP_MAX_SESSION_MS``;
+#: broker sessions survive the fuzzer's load on two cores.
+CLUSTER_SETTINGS: dict[str, dict[str, Any]] = {
+    "broker": {
+        "request_timeout_ms": 3000,
+        "group_initial_rebalance_delay_ms": 0,
+        "group_max_session_timeout_ms": GROUP_MAX_SESSION_MS,
+    },
+    "controller": {"session_timeout_ms": 6000},
+}
+#: JoinGroup and SyncGroup: answered when the group's rebalance ends, not at once.
+_GROUP_WAIT_APIS = frozenset({11, 14})
 #: Cases remembered per node, to name what a crashed node was sent last.
 RECENT_CASES = 20
 
@@ -112,6 +140,9 @@ class FuzzSettings:
     seed: int = 1
     cases: dict[str, int] = field(default_factory=lambda: {"kafka": 1000})
     case_timeout_s: float = 10.0
+    #: Added to a JoinGroup's or SyncGroup's timeout: the longest the protocol lets it wait
+    #: for silent members (the cluster's group max session, ``GROUP_MAX_SESSION_MS``).
+    group_wait_s: float = GROUP_MAX_SESSION_MS / 1000
     concurrency: dict[str, int] = field(
         default_factory=lambda: {"kafka": 8, "http": 8, "replication": 4}
     )
@@ -438,6 +469,8 @@ class _Run:
     ) -> tuple[str, bytes | None]:
         """``(outcome, first answer frame)``: outcome is answered, no_response, closed, hang."""
         timeout = self.settings.case_timeout_s
+        if case.api_key in _GROUP_WAIT_APIS:
+            timeout += self.settings.group_wait_s
         held = connections.get(node.node_id)
         if held is None:
             try:

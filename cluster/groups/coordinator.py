@@ -69,6 +69,8 @@ from .offsets_records import (
     tombstone_for_offset,
 )
 from .state import (
+    DEFAULT_MAX_SESSION_TIMEOUT_MS,
+    DEFAULT_MIN_SESSION_TIMEOUT_MS,
     Effect,
     Group,
     GroupState,
@@ -156,13 +158,25 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int,
         create_offsets_topic: Callable[[], Awaitable[None]],
         retention: OffsetsRetention | None = None,
+        min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
+        max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
     ) -> None:
         """``create_offsets_topic`` creates ``__consumer_offsets`` when it is missing and sets
         ``cleanup.policy=compact`` on the ``COMPACTED_INTERNAL_TOPICS`` that lack it
         (``GroupApis.create_offsets_topic``). ``retention``: the node assembly passes the
         node's (``OffsetsRetention.from_config``); by default Kafka's."""
         self._replicas = replicas
-        self._initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        if not 0 < min_session_timeout_ms <= max_session_timeout_ms:
+            raise ValueError(
+                f"group session timeouts: min {min_session_timeout_ms} ms must be positive and"
+                f" at most max {max_session_timeout_ms} ms"
+            )
+        #: The constructor options every ``Group`` of this coordinator gets.
+        self._group_options: dict[str, int] = {
+            "initial_rebalance_delay_ms": initial_rebalance_delay_ms,
+            "min_session_timeout_ms": min_session_timeout_ms,
+            "max_session_timeout_ms": max_session_timeout_ms,
+        }
         self._create_offsets_topic = create_offsets_topic
         self._retention = retention or OffsetsRetention()
         self._loaded: dict[int, OffsetsState] = {}
@@ -247,7 +261,7 @@ class GroupCoordinator:
                     group_id,
                     record,
                     now_ms=now,
-                    initial_rebalance_delay_ms=self._initial_rebalance_delay_ms,
+                    **self._group_options,
                 )
                 self._groups[group_id] = group
                 self._execute_sync(group_id, group.tick(now))
@@ -425,11 +439,7 @@ class GroupCoordinator:
     def _group(self, group_id: str) -> Group:
         group = self._groups.get(group_id)
         if group is None:
-            group = Group(
-                group_id,
-                initial_rebalance_delay_ms=self._initial_rebalance_delay_ms,
-                now_ms=_now_ms(),
-            )
+            group = Group(group_id, now_ms=_now_ms(), **self._group_options)
             self._groups[group_id] = group
         return group
 

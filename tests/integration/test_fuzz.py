@@ -9,16 +9,10 @@ import asyncio
 import json
 
 import pytest
-from flux.chaos.fuzz.runner import FuzzNode, FuzzSettings, run_fuzz
+from flux.chaos.fuzz.runner import CLUSTER_SETTINGS, FuzzNode, FuzzSettings, run_fuzz
 from flux.cluster.launcher import NodeProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-#: As benchmarks/fuzz.py: delayed requests end within 3 s, so 10 s without a verdict is a hang.
-FUZZ_CLUSTER = {
-    "broker": {"request_timeout_ms": 3000, "group_initial_rebalance_delay_ms": 0},
-    "controller": {"session_timeout_ms": 6000},
-}
 
 
 def fuzz_nodes(processes: list[NodeProcess]) -> list[FuzzNode]:
@@ -39,7 +33,7 @@ def fuzz_nodes(processes: list[NodeProcess]) -> list[FuzzNode]:
 
 
 def test_seeded_fuzz_slice_finds_nothing(cluster_factory) -> None:
-    processes = cluster_factory(3, **FUZZ_CLUSTER)
+    processes = cluster_factory(3, **CLUSTER_SETTINGS)
     settings = FuzzSettings(
         seed=20261126,
         cases={"kafka": 8000, "http": 1500, "replication": 400},

@@ -141,9 +141,26 @@ def _coordinator(node, group: str) -> KafkaConnection:
 
 
 def test_stale_generation_commit_is_refused_and_offsets_survive_failures(cluster_factory) -> None:
-    nodes = cluster_factory(3, **GROUP_SETTINGS)
+    # broker.group_max_session_timeout_ms: a longer session is refused, as Kafka's
+    # group.max.session.timeout.ms does.
+    nodes = cluster_factory(
+        3, broker={**GROUP_SETTINGS["broker"], "group_max_session_timeout_ms": 20000}
+    )
     _create(nodes[0], "work", [[1, 2, 3]])
     with _coordinator(nodes[0], "ledger") as conn:
+        too_long = conn.request(
+            ApiKey.JOIN_GROUP,
+            5,
+            {
+                "group_id": "ledger",
+                "session_timeout_ms": 20001,
+                "rebalance_timeout_ms": 20001,
+                "member_id": "",
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}],
+            },  # fmt: skip
+        )
+        assert too_long["error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT, too_long
         member_id, generation = join_as_only_member(conn, "ledger")
         assert _commit(conn, "ledger", member_id, generation, 42) == ErrorCode.NONE
         assert _commit(conn, "ledger", member_id, generation - 1, 7) == ErrorCode.ILLEGAL_GENERATION

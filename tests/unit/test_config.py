@@ -84,6 +84,12 @@ def test_environment_overrides_file(tmp_path: Path) -> None:
         ),
         ({"broker": {"listeners": ["A://0.0.0.0:1"]}}, {}, "broker.listeners"),
         ({"broker": {"host": "0.0.0.0"}}, {}, "broker.advertised_host"),
+        (
+            {"broker": {"group_min_session_timeout_ms": 20000}},
+            {"FLUX_BROKER__GROUP_MAX_SESSION_TIMEOUT_MS": "10000"},
+            "broker.group_min_session_timeout_ms",
+        ),
+        ({"broker": {"group_max_session_timeout_ms": 0}}, {}, "group_max_session_timeout_ms"),
     ],
 )
 def test_invalid_configuration_names_the_key(raw, environ, named) -> None:
