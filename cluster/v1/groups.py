@@ -23,108 +23,42 @@ coordinator's V1 address). A member that stops heartbeating is removed after
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
+from flux.protocol.consumer import (
+    RANGE_ASSIGNOR,
+    ROUND_ROBIN_ASSIGNOR,
+    Assignment,
+    ConsumerProtocolError,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+    range_assign,
+    round_robin_assign,
+)
 from flux.protocol.errors import ErrorCode
 
 from ..groups.coordinator import GroupCoordinator
 from .protocol import V1Error
 
-__all__ = ["ASSIGNORS", "V1Groups", "decode_assignment", "encode_assignment", "range_assign"]
+__all__ = ["ASSIGNORS", "V1Groups"]
 
 SESSION_TIMEOUT_MS = 10_000
 REBALANCE_TIMEOUT_MS = 30_000
 #: V1 assignor names -> the Kafka consumer protocol's.
-ASSIGNORS = {"range": "range", "round_robin": "roundrobin", "roundrobin": "roundrobin"}
+ASSIGNORS = {
+    "range": RANGE_ASSIGNOR,
+    "round_robin": ROUND_ROBIN_ASSIGNOR,
+    "roundrobin": ROUND_ROBIN_ASSIGNOR,
+}
 _REJOIN = {
     ErrorCode.ILLEGAL_GENERATION,
     ErrorCode.UNKNOWN_MEMBER_ID,
     ErrorCode.REBALANCE_IN_PROGRESS,
     ErrorCode.FENCED_INSTANCE_ID,
 }
-
-
-def _string(text: str) -> bytes:
-    data = text.encode()
-    return struct.pack(">h", len(data)) + data
-
-
-def encode_subscription(topics: list[str]) -> bytes:
-    """Kafka's ConsumerProtocolSubscription v0 (topics; no user data)."""
-    return (
-        struct.pack(">hi", 0, len(topics))
-        + b"".join(_string(t) for t in topics)
-        + struct.pack(">i", -1)
-    )
-
-
-def decode_subscription(data: bytes) -> list[str]:
-    """The topics of a ConsumerProtocolSubscription (any version: the topics come first)."""
-    (count,) = struct.unpack_from(">i", data, 2)
-    topics, position = [], 6
-    for _ in range(count):
-        (length,) = struct.unpack_from(">h", data, position)
-        topics.append(data[position + 2 : position + 2 + length].decode())
-        position += 2 + length
-    return topics
-
-
-def encode_assignment(assigned: dict[str, list[int]]) -> bytes:
-    """Kafka's ConsumerProtocolAssignment v0."""
-    parts = [struct.pack(">hi", 0, len(assigned))]
-    for topic, partitions in sorted(assigned.items()):
-        parts.append(_string(topic))
-        parts.append(struct.pack(f">i{len(partitions)}i", len(partitions), *sorted(partitions)))
-    parts.append(struct.pack(">i", -1))
-    return b"".join(parts)
-
-
-def decode_assignment(data: bytes) -> dict[str, list[int]]:
-    if not data:
-        return {}
-    (count,) = struct.unpack_from(">i", data, 2)
-    assigned, position = {}, 6
-    for _ in range(count):
-        (length,) = struct.unpack_from(">h", data, position)
-        topic = data[position + 2 : position + 2 + length].decode()
-        position += 2 + length
-        (n,) = struct.unpack_from(">i", data, position)
-        assigned[topic] = list(struct.unpack_from(f">{n}i", data, position + 4))
-        position += 4 + 4 * n
-    return assigned
-
-
-def range_assign(
-    members: dict[str, list[str]], partition_counts: dict[str, int], *, round_robin: bool
-) -> dict[str, dict[str, list[int]]]:
-    """member id -> {topic: partitions}: Kafka's RangeAssignor (consecutive ranges per topic,
-    members in id order, the first ones one more) or RoundRobinAssignor (every partition of
-    every topic dealt in turn to the members subscribed to it)."""
-    result: dict[str, dict[str, list[int]]] = {member: {} for member in members}
-    topics = sorted({t for wanted in members.values() for t in wanted if t in partition_counts})
-    if round_robin:
-        ordered = sorted(members)
-        turn = 0
-        for topic in topics:
-            for index in range(partition_counts[topic]):
-                for _ in range(len(ordered)):
-                    member = ordered[turn % len(ordered)]
-                    turn += 1
-                    if topic in members[member]:
-                        result[member].setdefault(topic, []).append(index)
-                        break
-        return result
-    for topic in topics:
-        subscribed = sorted(m for m, wanted in members.items() if topic in wanted)
-        per_member, extra = divmod(partition_counts[topic], len(subscribed))
-        start = 0
-        for position, member in enumerate(subscribed):
-            count = per_member + (1 if position < extra else 0)
-            if count:
-                result[member][topic] = list(range(start, start + count))
-            start += count
-    return result
 
 
 class V1Groups:
@@ -150,7 +84,12 @@ class V1Groups:
             "member_id": self.member_id(group, consumer_id),
             "group_instance_id": consumer_id,
             "protocol_type": "consumer",
-            "protocols": [{"name": protocol, "metadata": encode_subscription([topic])}],
+            "protocols": [
+                {
+                    "name": protocol,
+                    "metadata": encode_subscription(Subscription(topics=[topic], version=0)),
+                }
+            ],
         }
         answer = await self._coordinator.join_group(
             body, version=5, client_id=f"v1-{consumer_id}", client_host=client_host
@@ -169,13 +108,17 @@ class V1Groups:
             counts = {
                 name: len(t.partitions) for name, t in self._coordinator.image().topics.items()
             }
-            subscriptions = {
-                m["member_id"]: decode_subscription(bytes(m["metadata"])) for m in answer["members"]
-            }
-            planned = range_assign(subscriptions, counts, round_robin=protocol == "roundrobin")
+            try:
+                subscriptions = {
+                    m["member_id"]: decode_subscription(bytes(m["metadata"]))
+                    for m in answer["members"]
+                }
+            except ConsumerProtocolError as error:  # a Kafka member's bytes
+                raise V1Error("BAD_REQUEST", f"join {group}: {error}") from None
+            assign = round_robin_assign if protocol == ROUND_ROBIN_ASSIGNOR else range_assign
             assignments = [
-                {"member_id": member, "assignment": encode_assignment(assigned)}
-                for member, assigned in planned.items()
+                {"member_id": member, "assignment": encode_assignment(Assignment(assigned))}
+                for member, assigned in assign(subscriptions, counts).items()
             ]
         synced = await self._coordinator.sync_group(
             {
@@ -285,5 +228,9 @@ def _check(code: int, what: str) -> None:
 
 
 def _assigned(generation: int, topic: str, assignment: bytes) -> dict[str, Any]:
-    partitions = sorted(decode_assignment(assignment).get(topic, []))
+    try:
+        assigned = decode_assignment(assignment).assigned
+    except ConsumerProtocolError as error:  # from a Kafka leader sharing the group
+        raise V1Error("BAD_REQUEST", f"the group's assignment: {error}") from None
+    partitions = sorted(assigned.get(topic, []))
     return {"generation": generation, "assigned": "[" + ",".join(map(str, partitions)) + "]"}

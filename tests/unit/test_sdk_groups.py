@@ -1,10 +1,14 @@
 """The consumer protocol codec (checked both ways against kafka-python's own classes) and the
-range assignor (Kafka's RangeAssignor examples and properties)."""
+range and round-robin assignors (Kafka's RangeAssignor and RoundRobinAssignor examples and
+properties); ``flux.protocol.consumer`` holds them, ``flux.sdk.consumer_protocol`` offers them
+with the SDK's error."""
 
 from __future__ import annotations
 
 import pytest
+from flux.protocol import consumer as codec
 from flux.protocol.api import ApiKey
+from flux.protocol.consumer import round_robin_assign
 from flux.sdk.consumer_protocol import (
     Assignment,
     ConsumerProtocolError,
@@ -15,6 +19,7 @@ from flux.sdk.consumer_protocol import (
     encode_subscription,
     range_assign,
 )
+from flux.sdk.errors import FluxError
 from flux.sdk.metadata import negotiate_version
 from hypothesis import given
 from hypothesis import strategies as st
@@ -110,10 +115,13 @@ def test_empty_assignment_bytes_mean_nothing_assigned() -> None:
     [b"\x00", b"\x00\x00\x00\x00\x00\x05", b"\x00\x00\x7f\xff\xff\xff", b"\xff\xff\x00\x00"],
 )
 def test_malformed_bytes_raise_the_protocol_error(data: bytes) -> None:
-    with pytest.raises(ConsumerProtocolError):
+    with pytest.raises(ConsumerProtocolError) as caught:
         decode_subscription(data)
+    assert isinstance(caught.value, FluxError)  # the SDK's, whatever the codec raised
     with pytest.raises(ConsumerProtocolError):
         decode_assignment(data)
+    with pytest.raises(codec.ConsumerProtocolError):  # the broker side's own
+        codec.decode_subscription(data)
 
 
 names = st.text(min_size=1, max_size=20)
@@ -233,3 +241,41 @@ def test_the_client_implements_the_group_apis() -> None:
         ApiKey.INIT_PRODUCER_ID,
     ):
         assert negotiate_version(api, broker) >= 0
+
+
+# -- round-robin assignor ---------------------------------------------------------------------
+
+
+def test_round_robin_assignor_kafka_documentation_examples() -> None:
+    # RoundRobinAssignor javadoc: C0, C1 on t0, t1 with 3 partitions each ...
+    assert round_robin_assign(_subs(C0=["t0", "t1"], C1=["t0", "t1"]), {"t0": 3, "t1": 3}) == {
+        "C0": {"t0": [0, 2], "t1": [1]},
+        "C1": {"t0": [1], "t1": [0, 2]},
+    }
+    # ... and unequal subscriptions: t0 1 partition, t1 2, t2 3.
+    subscriptions = _subs(C0=["t0"], C1=["t0", "t1"], C2=["t0", "t1", "t2"])
+    assert round_robin_assign(subscriptions, {"t0": 1, "t1": 2, "t2": 3}) == {
+        "C0": {"t0": [0]},
+        "C1": {"t1": [0]},
+        "C2": {"t1": [1], "t2": [0, 1, 2]},
+    }
+
+
+@given(
+    wanted=st.dictionaries(
+        st.sampled_from(["m1", "m2", "m3", "m4"]),
+        st.lists(st.sampled_from(["a", "b", "c", "gone"]), min_size=1, max_size=3),
+        min_size=1,
+    ),
+    counts=st.fixed_dictionaries({"a": st.integers(0, 7), "b": st.integers(0, 7)}),
+)
+def test_round_robin_assignor_gives_every_partition_once_to_a_subscriber(wanted, counts) -> None:
+    assignment = round_robin_assign(_subs(**wanted), counts)
+    assert set(assignment) == set(wanted)
+    dealt = [(t, p) for member in assignment.values() for t, ps in member.items() for p in ps]
+    subscribed = {t for topics in wanted.values() for t in topics}
+    assert sorted(dealt) == sorted(
+        (t, p) for t, n in counts.items() if t in subscribed for p in range(n)
+    )
+    for member, topics in assignment.items():
+        assert set(topics) <= set(wanted[member])
