@@ -59,6 +59,10 @@ def case_tag(target: str, seed: int, index: int) -> str:
     return f"#{target}{seed}:{index}#"
 
 
+def _decimal(text: str) -> bool:
+    return text.isascii() and text.isdecimal()
+
+
 def parse_case_tags(value: bytes | None) -> list[tuple[str, int, int]]:
     """Every ``(target, seed, index)`` tag found in ``value``."""
     found: list[tuple[str, int, int]] = []
@@ -76,7 +80,8 @@ def parse_case_tags(value: bytes | None) -> list[tuple[str, int, int]]:
         body = text[start + 1 : end]
         target = body[:1]
         seed, colon, index = body[1:].partition(":")
-        if target.isalpha() and colon and seed.isdigit() and index.isdigit():
+        # ASCII digits only: a mutated byte may be a latin-1 digit int() refuses ("³").
+        if target.isalpha() and colon and _decimal(seed) and _decimal(index):
             found.append((target, int(seed), int(index)))
             start = end + 1
         else:

@@ -973,10 +973,12 @@ class _Run:
                 OSError,
                 KeyError,
                 IndexError,
+                ValueError,
                 aiohttp.ClientError,
                 TimeoutError,
             ) as error:
-                # An unavailable cluster is a finding too, not the end of the report.
+                # An unavailable cluster (or a check that cannot read what it found) is a
+                # finding too, not the end of the report.
                 _note(self.report.data_changes, f"{check.__name__} could not run: {error!r}")
 
     async def _partition_ends(self, topic: str) -> dict[int, tuple[int, int, list[int]]]:
