@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flux.cluster.launcher import local_cluster_configs  # noqa: E402
+from flux.cluster.launcher import running_local_cluster  # noqa: E402
 from flux.protocol.api import ApiKey  # noqa: E402
 from flux.sdk.wire import KafkaConnection  # noqa: E402
 
@@ -108,12 +108,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="flux-console-bench-") as directory:
-        nodes = local_cluster_configs(Path(directory), 3, extra={"node": {"log_level": "WARNING"}})
-        try:
-            for node in nodes:
-                node.start()
-            for node in nodes:
-                node.wait_ready()
+        with running_local_cluster(
+            Path(directory), 3, extra={"node": {"log_level": "WARNING"}}
+        ) as nodes:
             bootstrap = ",".join(node.bootstrap_servers for node in nodes)
             started = time.perf_counter()
             _create_topics(bootstrap, [f"topic-{i:05d}" for i in range(args.topics)], 1)
@@ -165,9 +162,6 @@ def main() -> None:
                 )
             finally:
                 driver.quit()
-        finally:
-            for node in nodes:
-                node.stop(timeout_s=10.0)
     print(
         json.dumps(
             {

@@ -38,7 +38,7 @@ from flux.chaos.fuzz.runner import (  # noqa: E402
     FuzzSettings,
     run_fuzz,
 )
-from flux.cluster.launcher import NodeProcess, local_cluster_configs  # noqa: E402
+from flux.cluster.launcher import NodeProcess, running_local_cluster  # noqa: E402
 
 
 def fuzz_nodes(processes: list[NodeProcess]) -> list[FuzzNode]:
@@ -63,24 +63,6 @@ def fuzz_nodes(processes: list[NodeProcess]) -> list[FuzzNode]:
             )
         )
     return nodes
-
-
-def start_cluster(root: Path, nodes: int = 3) -> list[NodeProcess]:
-    processes = local_cluster_configs(root, nodes, extra=CLUSTER_SETTINGS)
-    try:
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.wait_ready(60.0)
-    except BaseException:
-        stop_cluster(processes)
-        raise
-    return processes
-
-
-def stop_cluster(processes: list[NodeProcess]) -> None:
-    for process in processes:
-        process.stop(timeout_s=15.0)
 
 
 def main() -> int:
@@ -122,12 +104,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = Path(tempfile.mkdtemp(prefix="flux-fuzz-"))
     started = time.monotonic()
-    processes: list[NodeProcess] = []
     try:
-        processes = start_cluster(root)
-        report = asyncio.run(run_fuzz(fuzz_nodes(processes), settings))
+        with running_local_cluster(
+            root, 3, extra=CLUSTER_SETTINGS, ready_timeout_s=60.0, stop_timeout_s=15.0
+        ) as processes:
+            report = asyncio.run(run_fuzz(fuzz_nodes(processes), settings))
     finally:
-        stop_cluster(processes)
         if args.keep is not None:
             shutil.copytree(root, args.keep, dirs_exist_ok=True)
         shutil.rmtree(root, ignore_errors=True)

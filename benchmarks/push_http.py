@@ -45,7 +45,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flux.cluster.launcher import NodeProcess, free_port, local_cluster_configs  # noqa: E402
+from flux.cluster.launcher import NodeProcess, free_port, running_local_cluster  # noqa: E402
 
 PARTITIONS = 3
 
@@ -379,21 +379,13 @@ def main() -> None:
     args = parser.parse_args()
     _phase("starting the cluster")
     with tempfile.TemporaryDirectory(prefix="flux-push-bench-") as directory:
-        nodes = local_cluster_configs(
+        with running_local_cluster(
             Path(directory),
             3,
             extra={"node": {"log_level": "WARNING"}, "topic": {"partitions": PARTITIONS}},
-        )
-        try:
-            for node in nodes:
-                node.start()
-            for node in nodes:
-                node.wait_ready()
+        ) as nodes:
             figures = asyncio.run(_run(nodes, args))
-        finally:
             _phase("stopping the cluster")
-            for node in nodes:
-                node.stop(timeout_s=10.0)
     print(json.dumps(figures, indent=2))
 
 

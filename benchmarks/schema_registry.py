@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flux.cluster.launcher import NodeProcess, local_cluster_configs  # noqa: E402
+from flux.cluster.launcher import NodeProcess, running_local_cluster  # noqa: E402
 
 PARTITIONS = 3
 REPLICATION_FACTOR = 3
@@ -321,21 +321,13 @@ def main() -> None:
         parser.error("--lookups, --registrations and --records must be at least 1")
     _phase("starting the cluster")
     with tempfile.TemporaryDirectory(prefix="flux-registry-bench-") as directory:
-        nodes = local_cluster_configs(
+        with running_local_cluster(
             Path(directory),
             3,
             extra={"node": {"log_level": "WARNING"}, "topic": {"partitions": PARTITIONS}},
-        )
-        try:
-            for node in nodes:
-                node.start()
-            for node in nodes:
-                node.wait_ready()
+        ) as nodes:
             figures = _run(nodes, args)
-        finally:
             _phase("stopping the cluster")
-            for node in nodes:
-                node.stop(timeout_s=10.0)
     print(json.dumps(figures, indent=2))
 
 

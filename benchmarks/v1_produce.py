@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flux.cluster.launcher import local_cluster_configs  # noqa: E402
+from flux.cluster.launcher import running_local_cluster  # noqa: E402
 from flux.protocol.partitioner import fnv1a_32  # noqa: E402
 from flux.sdk.v1 import AsyncFLUXClient  # noqa: E402
 
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=64)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="flux-v1-bench-") as directory:
-        nodes = local_cluster_configs(
+        with running_local_cluster(
             Path(directory),
             3,
             extra={
@@ -116,12 +116,7 @@ def main() -> None:
                 "topic": {"replication_factor": 3, "min_insync_replicas": 2},
                 "v1": {"port": 0},
             },
-        )
-        try:
-            for node in nodes:
-                node.start()
-            for node in nodes:
-                node.wait_ready()
+        ) as nodes:
             addresses = [node.ready["v1"] for node in nodes]
             bootstrap = ",".join(node.bootstrap_servers for node in nodes)
             figures: dict[str, Any] = {"v1": {}, "kafka": {}}
@@ -132,9 +127,6 @@ def main() -> None:
                 figures["kafka"][f"acks_{acks}_msg_per_s"] = round(
                     _kafka(bootstrap, args.messages, acks), 1
                 )
-        finally:
-            for node in nodes:
-                node.stop(timeout_s=10.0)
     print(
         json.dumps(
             {

@@ -22,6 +22,7 @@ any client would (imported where it is used, so starting plain nodes never loads
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -36,7 +37,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ __all__ = [
     "write_cluster_tls",
     "write_json_atomically",
     "local_cluster_configs",
+    "running_local_cluster",
     "write_node_config",
 ]
 
@@ -275,6 +277,29 @@ def local_cluster_configs(
             )
         )
     return processes
+
+
+@contextlib.contextmanager
+def running_local_cluster(
+    root: Path,
+    nodes: int = 3,
+    *,
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
+    ready_timeout_s: float = 30.0,
+    stop_timeout_s: float = 10.0,
+) -> Iterator[list[NodeProcess]]:
+    """``local_cluster_configs(root, nodes, extra=extra)`` started, every node ready, for the
+    ``with`` block; every node is stopped on the way out (also when starting one failed)."""
+    processes = local_cluster_configs(root, nodes, extra=extra)
+    try:
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.wait_ready(ready_timeout_s)
+        yield processes
+    finally:
+        for process in processes:
+            process.stop(timeout_s=stop_timeout_s)
 
 
 def write_node_config(path: Path, sections: Mapping[str, Mapping[str, Any]]) -> None:

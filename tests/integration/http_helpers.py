@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from aiohttp import web
-from flux.cluster.launcher import NodeProcess, free_port, local_cluster_configs
+from flux.cluster.launcher import NodeProcess, free_port, running_local_cluster
 
 from tests.conftest import FAST_FAILURE_DETECTION
 
@@ -28,16 +28,8 @@ def running_cluster(
     extra: dict[str, dict[str, Any]] = {s: dict(k) for s, k in FAST_FAILURE_DETECTION.items()}
     for section, keys in sections.items():
         extra.setdefault(section, {}).update(keys)
-    processes = local_cluster_configs(root, nodes, extra=extra)
-    try:
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.wait_ready()
+    with running_local_cluster(root, nodes, extra=extra) as processes:
         yield processes
-    finally:
-        for process in processes:
-            process.stop(timeout_s=10.0)
 
 
 def http_address(node: NodeProcess) -> str:
