@@ -685,8 +685,9 @@ class Partition:
                 f"diverged (leader's epoch {answer.diverging_epoch} ends at "
                 f"{answer.diverging_end_offset}): truncated {before} -> {self.log_end_offset}"
             )
-        if answer.records:
-            self.append_as_follower(bytes(answer.records))
+        records = self._past_log_end(answer.records) if answer.records else b""
+        if records:
+            self.append_as_follower(records)
         self.follow_high_watermark(answer.high_watermark)
         if answer.log_start_offset > self.log.log_start_offset:
             start = min(answer.log_start_offset, self.log_end_offset)
@@ -695,6 +696,24 @@ class Partition:
             self.producers.truncate_before(start)
             self.on_change(self)
         return None
+
+    def _past_log_end(self, records: bytes | memoryview) -> bytes:
+        """The batches of a fetch answer from this log's end on. With two fetch requests in
+        flight, the second can name a position the answer to the first has already moved
+        past, and the leader then sends those batches again; Kafka's fetcher drops such a
+        stale answer too. Batches wholly below the log end are what this log already holds
+        from this leader (the leader checked the position's epoch), so they are skipped; a
+        batch across the log end is left for ``append_as_follower`` to refuse."""
+        end = self.log_end_offset
+        first = next(iter_batches(records, allow_partial_tail=False), None)
+        if first is None or first[0].base_offset >= end:
+            return bytes(records)  # the usual answer: it starts where this log ends
+        skipped = 0
+        for header, batch in iter_batches(records, allow_partial_tail=False):
+            if header.next_offset > end:
+                break
+            skipped += len(batch)
+        return bytes(memoryview(records)[skipped:])
 
     def append_as_follower(self, records: bytes) -> None:
         """Append the leader's batches with their offsets; learn epochs from them."""

@@ -17,7 +17,9 @@ How a partition gets into an answer:
   moved, so the follower learns them without a round of its own, as with Kafka.
 
 Records sent move the session's position for the partition to the end of what was sent, so a
-request the follower sent before applying that answer never gets the same batches twice. The
+request the follower sent before applying that answer does not get the same batches twice,
+unless it names the partition: its position is then the follower's word, and the follower
+skips the batches it already holds (``Partition._past_log_end``). The
 position the leader *records* for the follower (its log end, what the high watermark and ISR
 use) comes only from the follower's requests, which confirm what it appended.
 

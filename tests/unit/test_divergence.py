@@ -131,3 +131,26 @@ def test_follower_whose_epoch_the_leader_never_saw_still_catches_up(tmp_path: Pa
     _replicate(new, old)
     assert _values(old) == _values(new)
     assert old.epochs.entries == new.epochs.entries == [(2, 0)]
+
+
+def test_an_answer_repeating_batches_the_follower_holds_appends_only_what_is_new(
+    tmp_path: Path,
+) -> None:
+    """Two fetch requests in flight: the second named a position the first's answer had
+    moved past, so the leader sent those batches again. The follower keeps what it has and
+    appends the rest (it used to refuse the whole answer and stall the partition)."""
+    leader, follower = _partition(tmp_path, 1), _partition(tmp_path, 2)
+    leader.become_leader(_state(leader=1, epoch=0))
+    follower.become_follower(_state(leader=1, epoch=0))
+    for batch in range(3):
+        leader.append_as_leader(build_batch([(None, b"first-%d" % batch, ())]))
+    first = leader.serve_follower_fetch(2, fetch_offset=0, last_fetched_epoch=-1, max_bytes=1 << 20)
+    leader.append_as_leader(build_batch([(None, b"second", ())]))
+    # The stale request: still at 0, answered with batches 0..3 again plus the new one.
+    again = leader.serve_follower_fetch(2, fetch_offset=0, last_fetched_epoch=-1, max_bytes=1 << 20)
+    assert follower.apply_fetch_answer(first) is None
+    assert follower.log_end_offset == 3
+    assert follower.apply_fetch_answer(again) is None
+    assert follower.log_end_offset == 4
+    assert follower.apply_fetch_answer(again) is None  # wholly old: nothing to append
+    assert _values(follower) == _values(leader)
