@@ -14,7 +14,11 @@ How a case is judged:
   keeps them open, which is what makes hundreds of cases per second possible. A JoinGroup or
   SyncGroup may wait by the protocol for the group's other members (those that have not
   rejoined, until their sessions end, as in Kafka; ``CLUSTER_SETTINGS`` caps sessions at
-  ``GROUP_MAX_SESSION_MS``), so those get ``group_wait_s`` more before they count as hangs.
+  ``GROUP_MAX_SESSION_MS``), so those get ``group_wait_s`` more; one still waiting then is a
+  **group wait** (counted, not a finding) if DescribeGroups on a fresh connection says its
+  group is still rebalancing (other fuzz cases keep joining the few fuzz groups, and a member
+  asked for a rebalance timeout of days can hold a round that long, in Kafka too), and a hang
+  otherwise.
 * Kafka, lying frame or garbage (``KafkaCase.raw``): sent on a fresh connection that is then
   half-closed; the broker must close it (answers before that are fine) within the timeout.
 * HTTP: any status below 500 is an answer; 500 is a **server error** (an exception escaped a
@@ -163,6 +167,7 @@ class _TargetStats:
     no_response: int = 0
     closed: int = 0
     hangs: int = 0
+    group_waits: int = 0
     server_errors: int = 0
     skipped: int = 0
     seconds: float = 0.0
@@ -218,6 +223,7 @@ class FuzzReport:
             "targets": {name: stats.as_dict() for name, stats in self.targets.items()},
             "crashes": len(self.crashes),
             "hangs": sum(stats.hangs for stats in self.targets.values()),
+            "group_waits": sum(stats.group_waits for stats in self.targets.values()),
             "server_errors": sum(stats.server_errors for stats in self.targets.values()),
             "internal_errors": self.internal_error_count,
             "http_parse_errors_logged": self.http_parse_errors_logged,
@@ -505,11 +511,31 @@ class _Run:
         except TimeoutError:
             del connections[node.node_id]
             writer.close()
+            if case.api_key in _GROUP_WAIT_APIS and await self._group_rebalancing(node, case):
+                return "group_wait", answer
             return "hang", answer
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             del connections[node.node_id]
             writer.close()
             return "closed", answer
+
+    async def _group_rebalancing(self, node: FuzzNode, case: KafkaCase) -> bool:
+        """Whether the group a JoinGroup or SyncGroup case names is rebalancing now, by
+        DescribeGroups to the node it waited on (its coordinator: others answer at once)."""
+        try:
+            _, body = decode_request(case.data[4:])
+        except ProtocolError:
+            return False
+        group = body.get("group_id")
+        if not isinstance(group, str):
+            return False
+        try:
+            async with WireClient(*node.kafka, timeout_s=self.settings.case_timeout_s) as client:
+                answer = await client.request(ApiKey.DESCRIBE_GROUPS, 0, {"groups": [group]})
+        except KafkaClientError:
+            return False
+        states = {g.get("group_state") for g in answer.get("groups") or []}
+        return bool(states & {"PreparingRebalance", "CompletingRebalance"})
 
     async def _kafka_raw(self, node: FuzzNode, case: KafkaCase) -> tuple[str, bytes | None]:
         timeout = self.settings.case_timeout_s
@@ -548,6 +574,9 @@ class _Run:
         if verdict == "hang":
             stats.hangs += 1
             _note(self.report.hangs, f"{case.label} hex={case.data[:LITERAL_BYTES_MAX].hex()}")
+        elif verdict == "group_wait":
+            stats.group_waits += 1
+            return
         elif verdict == "closed":
             stats.closed += 1
         elif verdict == "no_response":
