@@ -632,7 +632,10 @@ class MetadataQuorum:
 
         Raises ``NotControllerError`` if this node is not the ready leader,
         ``ProposalTimeoutError`` if the commit was not seen within ``timeout_s`` (outcome
-        unknown: retry with the same ``request_id``), ``QuorumClosedError`` after ``close``.
+        unknown: retry with the same ``request_id``), ``QuorumClosedError`` after ``close``,
+        ``InvalidRecordError`` for a record that the state machine would refuse to apply (a
+        string over its length limit, ...): checked here, so it never takes a Raft round, or
+        when the machine refused the command.
         """
         if self._closed:
             raise QuorumClosedError("the metadata quorum is closed")
@@ -651,6 +654,8 @@ class MetadataQuorum:
             if len(self._pending) >= MAX_PENDING_PROPOSALS:
                 raise QuorumError(f"more than {MAX_PENDING_PROPOSALS} proposals in flight")
             dicts = [record_to_dict(record) for record in records]
+            for data in dicts:
+                record_from_dict(data)  # InvalidRecordError: what every node would refuse
             future = self._loop.create_future()
             self._pending[request_id] = future
 

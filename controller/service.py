@@ -64,6 +64,7 @@ from aiohttp import web
 from flux.protocol.errors import ErrorCode
 
 from . import handlers, security
+from .errors import InvalidRecordError
 from .handlers import ControllerResult
 from .image import MetadataImage
 from .liveness import LivenessProber, ProbeTarget
@@ -310,6 +311,10 @@ class ControllerService:
                 return _error(400, ErrorCode.INVALID_REQUEST, f"invalid JSON: {error}")
             except _BadRequest as error:
                 return _error(400, ErrorCode.INVALID_REQUEST, str(error))
+            except InvalidRecordError as error:
+                # A value the records cannot carry (a string over their length limit, ...)
+                # that the handler's own checks let through.
+                return _error(400, ErrorCode.INVALID_REQUEST, f"refused: {error}")
             except (_NotController, NotControllerError):
                 return self._not_controller()
             except ProposalTimeoutError as error:

@@ -13,7 +13,7 @@ import urllib.request
 
 import aiohttp
 import pytest
-from flux.protocol.api import ApiKey
+from flux.protocol.api import ApiKey, encode_request
 from flux.protocol.errors import ErrorCode
 from flux.protocol.records import build_batch
 from flux.sdk.wire import KafkaConnection
@@ -78,6 +78,30 @@ KAFKA_REGRESSIONS: dict[str, bytes] = {
     # seed 20261126 (the CI slice, on a fast run): JoinGroup v4 from a client whose id is
     # 32767 "x" and no member id yet. The new member id (client id + "-" + UUID) did not fit
     # the response's string (internal error, connection closed). Now its prefix is cut.
+    # seed 24 index 786310 (and 23 more cases): AlterConfigs v0 of broker "4242" with a config
+    # name of 32767 "x". The controller proposed the record, every node's state machine refused
+    # it (strings in records stop at 4096 characters), and the controller's endpoint let the
+    # refusal escape: a traceback and HTTP 500 for each, and the client waited past 10 s. Now
+    # the controller checks records before proposing and answers INVALID_REQUEST.
+    "alter_configs_v0_config_name_too_long": encode_request(
+        ApiKey.ALTER_CONFIGS,
+        0,
+        7,
+        "fuzz-24",
+        {
+            "resources": [
+                {
+                    "resource_type": 4,
+                    "resource_name": "4242",
+                    "configs": [
+                        {"name": "min.insync.replicas", "value": "compact"},
+                        {"name": "x" * 32767, "value": "60"},
+                    ],
+                }
+            ],
+            "validate_only": False,
+        },
+    ),
     "join_group_v4_longest_client_id": bytes.fromhex("0000803a000b0004000000077fff")
     + b"x" * 32767
     + bytes.fromhex(
@@ -216,6 +240,7 @@ def test_kafka_regression(broker, name: str) -> None:
     assert _answered_or_closed(broker.kafka_port, KAFKA_REGRESSIONS[name]) == "answered"
     tail = broker.log_tail(400)
     assert "internal error" not in tail and "rejected metadata command" not in tail
+    assert "Error handling request" not in tail, tail  # an exception out of an HTTP handler
     assert broker.is_running()
     _still_serving(broker.kafka_port)
 
