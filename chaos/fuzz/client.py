@@ -167,10 +167,11 @@ class WireClient:
 
     async def read_batches(
         self, topic: str, partition: int, *, limit_bytes: int = 256 << 20
-    ) -> list[tuple[int, int, list[bytes | None] | str]]:
+    ) -> list[tuple[int, int, list[bytes | None] | str, int]]:
         """Every batch of a partition below its high watermark: ``(base_offset, next_offset,
-        record values)``, or instead of the values why the records cannot be decoded."""
-        batches: list[tuple[int, int, list[bytes | None] | str]] = []
+        record values, the batch's CRC field)``, or instead of the values why the records
+        cannot be decoded."""
+        batches: list[tuple[int, int, list[bytes | None] | str, int]] = []
         offset = 0
         total = 0
         while total < limit_bytes:
@@ -188,7 +189,7 @@ class WireClient:
                 except CorruptRecordError as error:
                     # A batch no consumer can read: the caller reports it with its bytes.
                     values = f"{error} (batch {bytes(batch).hex()})"
-                batches.append((header.base_offset, header.next_offset, values))
+                batches.append((header.base_offset, header.next_offset, values, header.crc))
                 offset = header.next_offset
                 total += len(batch)
                 progressed = True

@@ -149,3 +149,13 @@ def test_case_tags_round_trip():
     # A mutated byte that is a digit to str.isdigit() but not to int() (seed 23 of a long
     # run ended in ValueError on it, losing the report).
     assert parse_case_tags(b"#k23:1\xb32021# #k23:5#") == [("k", 23, 5)]
+
+
+def test_batch_crcs_name_each_whole_batch_and_nothing_for_garbage():
+    from flux.chaos.fuzz.runner import _batch_crcs
+    from flux.protocol.records import build_batch, parse_batch_header
+
+    one, two = build_batch([(None, b"a", ())]), build_batch([(None, b"tag lost", ())])
+    expected = {parse_batch_header(one, 0).crc, parse_batch_header(two, 0).crc}
+    assert _batch_crcs(one + two) == expected
+    assert _batch_crcs(b"\x00" * 7) == set() and _batch_crcs(None) == set()
