@@ -167,6 +167,10 @@ class HttpApi(FluxApi, RestApi):
     def _json(
         self, handler: Callable[[web.Request, dict[str, Any]], Awaitable[Any]], route: str
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        requests = self._metrics.http_requests
+        latency = self._metrics.http_latency.labels(route)
+        counted: dict[tuple[str, int], Any] = {}  # (method, status) -> the labelled counter
+
         async def endpoint(request: web.Request) -> web.Response:
             started = time.perf_counter()
             try:
@@ -184,8 +188,12 @@ class HttpApi(FluxApi, RestApi):
                 response = error.response()
             except web.HTTPException as error:
                 response = web.json_response({"error": error.reason}, status=error.status)
-            self._metrics.http_requests.labels(route, request.method, str(response.status)).inc()
-            self._metrics.http_latency.labels(route).observe(time.perf_counter() - started)
+            key = (request.method, response.status)
+            counter = counted.get(key)
+            if counter is None:
+                counter = counted[key] = requests.labels(route, key[0], str(key[1]))
+            counter.inc()
+            latency.observe(time.perf_counter() - started)
             return response
 
         return endpoint

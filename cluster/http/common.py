@@ -331,13 +331,18 @@ class HttpApiBase:
         for position, (key, _, headers, requested) in enumerate(records):
             index = self._choose_partition(len(topic.partitions), key, headers, requested)
             by_partition.setdefault(index, []).append(position)
+        forwarded = FORWARDED_HEADER in request.headers
+        if len(by_partition) == 1:
+            # One partition (every single-message publish): no task to gather.
+            [(index, positions)] = by_partition.items()
+            return await self._produce_partition(
+                topic.name, index, [r[:3] for r in records], forwarded=forwarded
+            )
         answers: list[dict[str, Any]] = [{} for _ in records]
 
         async def one(index: int, positions: list[int]) -> None:
             batch = [records[p][:3] for p in positions]
-            results = await self._produce_partition(
-                topic.name, index, batch, forwarded=FORWARDED_HEADER in request.headers
-            )
+            results = await self._produce_partition(topic.name, index, batch, forwarded=forwarded)
             for position, result in zip(positions, results, strict=True):
                 answers[position] = result
 
