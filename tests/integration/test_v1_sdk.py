@@ -121,6 +121,7 @@ def test_the_runtime_produces_by_metadata_and_a_group_consumes_everything(
     seen: list[str] = []
     assigned: dict[str, list[int]] = {}
     lock = threading.Lock()
+    consumers: list = []
 
     def member(consumer_id: str, stop: threading.Event) -> None:
         member_runtime = FLUXRuntime(brokers=_addresses(nodes))
@@ -131,6 +132,7 @@ def test_the_runtime_produces_by_metadata_and_a_group_consumes_everything(
                 heartbeat_interval_ms=200,
                 on_assign=lambda partitions: assigned.__setitem__(consumer_id, partitions),
             )
+            consumers.append(consumer)
             consumer.subscribe("sdk-runtime")
 
             def handle(message: dict) -> None:
@@ -151,8 +153,11 @@ def test_the_runtime_produces_by_metadata_and_a_group_consumes_everything(
         wait_until(lambda: len(set(seen)) == 300, timeout_s=60)
     finally:
         stop.set()
+        for consumer in consumers:
+            consumer.disconnect()  # ends a run() still waiting for its 50 messages
         for thread in threads:
             thread.join(30)
+    assert not any(thread.is_alive() for thread in threads)
     assert sorted(set(seen)) == sorted(f"event-{i}" for i in range(300))
     with FLUXClient(nodes[0].ready["v1"]) as client:
         committed = sum(_committed(client, "sdk-group", "sdk-runtime", p, nodes) for p in range(3))
