@@ -21,9 +21,11 @@ def test_a_stalled_controller_does_not_fence_brokers_it_could_not_hear(cluster_f
         node._signal(signal.SIGCONT)
     # The first session check after the pause either extends the sessions or fences.
     log_text = wait_until(
-        lambda: (text := node.log_path.read_text(errors="replace"))
-        and ("session check ran" in text or "fencing them" in text)
-        and text,
+        lambda: (
+            (text := node.log_path.read_text(errors="replace"))
+            and ("session check ran" in text or "fencing them" in text)
+            and text
+        ),
         timeout_s=30,
     )
     assert "fencing them" not in log_text, node.log_tail()

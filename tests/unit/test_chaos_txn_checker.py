@@ -21,8 +21,11 @@ def _final(history: History, records: list, stable=((0, 9), (1, 9)), high=((0, 9
     history.complete(
         invocation,
         "ok",
-        {"records": records, "stable_offsets": [list(s) for s in stable],
-         "high_watermarks": [list(h) for h in high]},  # fmt: skip
+        {
+            "records": records,
+            "stable_offsets": [list(s) for s in stable],
+            "high_watermarks": [list(h) for h in high],
+        },  # fmt: skip
     )
 
 
