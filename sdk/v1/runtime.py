@@ -64,6 +64,12 @@ class AsyncFLUXRuntime:
         client = self._connections.get(address)
         if client is None:
             client = await AsyncFLUXClient(address).connect()
+            existing = self._connections.get(address)
+            if existing is not None:
+                # Another call connected while this one did: keep one client (the other
+                # would never be closed, its reader task left pending).
+                await client.close()
+                return existing
             self._connections[address] = client
         return client
 
