@@ -107,7 +107,9 @@ class FetchSession:
         self._urgent: set[TopicPartition] = set()
         self._lazy: set[TopicPartition] = set()
         self._requests: deque[FetchRequest] = deque()
-        self._wakeup = asyncio.Event()
+        # The serving task's wait (for a request, or for news while one is parked): one plain
+        # future resolved by ``_wake``, not an Event and ``wait_for`` (a task per wait).
+        self._waiter: asyncio.Future[bool] | None = None
         self.last_fetch_ms = 0
         self.closed = False
 
@@ -119,7 +121,7 @@ class FetchSession:
             return
         if urgent:
             self._urgent.add(key)
-            self._wakeup.set()
+            self._wake()
         else:
             self._lazy.add(key)
 
@@ -130,16 +132,33 @@ class FetchSession:
                 f"follower {self.replica_id} queued more than {MAX_QUEUED_REQUESTS} requests"
             )
         self._requests.append(request)
-        self._wakeup.set()
+        self._wake()
 
     async def next_request(self) -> FetchRequest | None:
         """The next request to serve, or None once the session is closed."""
         while not self._requests:
             if self.closed:
                 return None
-            self._wakeup.clear()
-            await self._wakeup.wait()
+            await self._wait(None)
         return self._requests.popleft()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    async def _wait(self, timeout_s: float | None) -> bool:
+        """Until ``_wake`` (True) or ``timeout_s`` passes (False); one waiter at a time, the
+        serving task's."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout_s is None else loop.call_later(timeout_s, _time_out, waiter)
+        try:
+            return await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def close(self) -> None:
         """Detach from every partition and end any wait."""
@@ -149,7 +168,7 @@ class FetchSession:
         for key in list(self.positions):
             self._detach(key)
         self.positions.clear()
-        self._wakeup.set()
+        self._wake()
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -171,12 +190,8 @@ class FetchSession:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            self._wakeup.clear()
-            if not self._urgent:
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), remaining)
-                except TimeoutError:
-                    break
+            if not self._urgent and not await self._wait(remaining):
+                break
             self._collect_urgent(answers, max_bytes, frozenset())
         self._collect_lazy(answers)
         return answers
@@ -373,6 +388,11 @@ class FetchSession:
         follower = partition.followers.get(self.replica_id)
         if follower is not None:
             follower.sessions.discard(self)
+
+
+def _time_out(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 def _end_of(records: bytes | memoryview) -> tuple[int, int]:
