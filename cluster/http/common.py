@@ -458,7 +458,10 @@ class HttpApiBase:
         if last_offset >= 0:
             future = partition.add_delayed_produce(last_offset + 1)
             try:
-                error = await asyncio.wait_for(asyncio.shield(future), PRODUCE_TIMEOUT_S)
+                # The future is this append's alone: cancelled by a timeout, the partition
+                # skips it (``Partition._complete_delayed``).
+                async with asyncio.timeout(PRODUCE_TIMEOUT_S):
+                    error = await future
             except TimeoutError:
                 raise HttpError(504, "the in-sync replicas did not acknowledge in time") from None
             if error != ErrorCode.NONE:

@@ -120,7 +120,9 @@ class ForwardLinks:
         )
         try:
             await link.socket.send_str(frame)
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            # The future is this call's alone: a timeout may cancel it (the reader skips it).
+            async with asyncio.timeout(timeout_s):
+                return await future
         except (aiohttp.ClientError, ConnectionError, RuntimeError) as error:
             raise PeerUnavailableError(f"broker {broker_id}: {error!r}") from None
         except TimeoutError:
