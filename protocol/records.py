@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final, TypeAlias
+from typing import Final, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 from flux.protocol.compression import (
@@ -99,6 +99,10 @@ _CONTROL_MASK: Final = 0x20
 _VARINT_MAX_SHIFT: Final = 28
 _VARLONG_MAX_SHIFT: Final = 63
 
+#: ``Compression`` by codec number (its values are 0..4).
+_CODECS: Final = tuple(sorted(Compression, key=int))
+assert [int(c) for c in _CODECS] == list(range(len(_CODECS)))
+
 
 class TimestampType(IntEnum):
     """Whose clock set a batch's timestamps (attributes bit 3)."""
@@ -110,9 +114,11 @@ class TimestampType(IntEnum):
 Header: TypeAlias = tuple[str, bytes | None]
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The 61-byte header of a v2 record batch, as stored on the wire."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a v2 record batch, as stored on the wire.
+
+    A named tuple, not a frozen dataclass: every replica parses several per appended batch,
+    and a tuple is built about seven times faster."""
 
     base_offset: int
     batch_length: int
@@ -130,11 +136,16 @@ class BatchHeader:
 
     @property
     def compression(self) -> Compression:
-        return Compression(self.attributes & _COMPRESSION_MASK)
+        codec = self.attributes & _COMPRESSION_MASK
+        # A tuple index, not an enum call (a few per replicated batch); unknown codecs raise
+        # ValueError as ``Compression(codec)`` does.
+        return _CODECS[codec] if codec < len(_CODECS) else Compression(codec)
 
     @property
     def timestamp_type(self) -> TimestampType:
-        return TimestampType(1 if self.attributes & _TIMESTAMP_TYPE_MASK else 0)
+        if self.attributes & _TIMESTAMP_TYPE_MASK:
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
 
     @property
     def is_transactional(self) -> bool:
