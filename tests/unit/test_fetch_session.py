@@ -9,7 +9,6 @@ Real ``Partition`` objects with real disk logs on both sides; the session is dri
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -193,7 +192,7 @@ def test_records_sent_are_not_sent_again_before_they_are_confirmed(tmp_path: Pat
 
 def test_errors_drop_a_partition_until_it_is_named_again(tmp_path: Path) -> None:
     pair = _Pair(tmp_path, 1)
-    stale = FetchRequest(0, 1 << 20, [dataclasses.replace(pair.entry(0), leader_epoch=5)], [])
+    stale = FetchRequest(0, 1 << 20, [pair.entry(0)._replace(leader_epoch=5)], [])
     answers = _serve(pair.session, stale)
     assert [a.error_code for a in answers] == [ErrorCode.UNKNOWN_LEADER_EPOCH]
     pair.append(0)
