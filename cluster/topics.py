@@ -95,7 +95,16 @@ class TopicConfig:
         return cls(values=values, overrides=frozenset(explicit))
 
     def get(self, key: str) -> Any:
-        return TOPIC_CONFIG_KEYS[key](self.values[key])
+        """``key``'s parsed value (parsed once: the replication and produce paths ask for
+        ``min.insync.replicas`` several times per append; every parsed value is immutable)."""
+        parsed = self._parsed
+        if key not in parsed:
+            parsed[key] = TOPIC_CONFIG_KEYS[key](self.values[key])
+        return parsed[key]
+
+    @cached_property
+    def _parsed(self) -> dict[str, Any]:
+        return {}
 
     def log_config(self) -> LogConfig:
         flush_messages = self.get("flush.messages")

@@ -482,7 +482,8 @@ class Partition:
         """Fewer ISR members (those of a proposed ISR not yet decided counted too: the
         maximal ISR) than ``min.insync.replicas``, or than the replicas when there are fewer
         of them (Kafka's effective min ISR)."""
-        members = len(self.pending_isr.union(self.state.isr))
+        isr = self.state.isr
+        members = len(self.pending_isr.union(isr)) if self.pending_isr else len(isr)
         return members < min(self.config.get("min.insync.replicas"), len(self.state.replicas))
 
     def maybe_advance_high_watermark(self) -> bool:
