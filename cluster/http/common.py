@@ -359,6 +359,9 @@ class HttpApiBase:
     ) -> list[dict[str, Any]]:
         """Produce to one partition, with the records other requests produce to it in this
         turn of the event loop (one append, or one request to its leader: ``group_commit``)."""
+        found = self._replicas.partition_for_leader(topic, index)
+        if isinstance(found, Partition):
+            return await self.produce_local(found, records)  # it groups them itself
         return await self._group_commit.submit(
             ("partition", topic, index, forwarded),
             records,
@@ -446,7 +449,7 @@ class HttpApiBase:
         for group in batches:
             batch = build_batch(group)
             try:
-                appended = self._replicas.append(partition, batch)
+                appended = self._replicas.append(partition, batch, known_ids=[_ids_of(group)])
             except ProducerRejectedError as error:
                 raise _status_error(error.error, str(error)) from None
             except (CorruptBatchError, CorruptRecordError) as error:
@@ -519,6 +522,20 @@ def _group_for_batches(
         else:
             groups.append([record])
     return groups
+
+
+def _ids_of(
+    records: list[tuple[bytes | None, bytes, list[Header]]],
+) -> list[tuple[int, str]]:
+    """What ``message_ids_in`` finds in ``build_batch(records)``, without decoding it: the
+    partition takes them as known (``Partition.append_as_leader``)."""
+    found = []
+    for position, (_, _, headers) in enumerate(records):
+        for name, value in headers:
+            if name == MESSAGE_ID_HEADER and value and len(value) <= MAX_ID_BYTES:
+                found.append((position, value.decode("utf-8", "replace")))
+                break
+    return found
 
 
 def _results_for(

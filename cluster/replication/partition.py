@@ -231,7 +231,12 @@ class Partition:
     # -- leader -------------------------------------------------------------------------------
 
     def append_as_leader(
-        self, records: bytes | memoryview, *, markers: bool = False, coordinator: bool = False
+        self,
+        records: bytes | memoryview,
+        *,
+        markers: bool = False,
+        coordinator: bool = False,
+        known_ids: list[list[tuple[int, str]]] | None = None,
     ) -> AppendResult:
         """Append client batches stamped with this leader's epoch. Idempotent batches are
         checked against the producer state first: a retried batch already in the log is not
@@ -239,17 +244,21 @@ class Partition:
         epoch raises ``ProducerRejectedError`` and nothing is written. Control batches
         (transaction markers) only with ``markers`` (``write_txn_marker``): a client may not
         write them. ``coordinator``: a coordinator's own transactional batch (TxnOffsetCommit),
-        without sequence numbers, so not checked against the producer state."""
+        without sequence numbers, so not checked against the producer state. ``known_ids``: the
+        ``message_ids_in`` of each batch, from a caller that built the batches (the HTTP front
+        door), so they are not decoded here."""
         assert self.is_leader, "only a leader appends client batches"
         headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
         if not markers and any(header.is_control for header in headers):
             raise ProducerRejectedError(
                 ErrorCode.INVALID_RECORD, "control batches are written by transaction coordinators"
             )
-        with_ids = self.dedup.enabled and may_carry_ids(records, headers)
+        with_ids = self.dedup.enabled and (
+            any(known_ids) if known_ids is not None else may_carry_ids(records, headers)
+        )
         ids: list[list[tuple[int, str]]] | None = None
         if with_ids:
-            deduplicated = self._drop_duplicate_ids(records)
+            deduplicated = self._drop_duplicate_ids(records, known_ids)
             if isinstance(deduplicated, AppendResult):
                 return deduplicated
             if isinstance(deduplicated, list):
@@ -305,7 +314,7 @@ class Partition:
         return result
 
     def _drop_duplicate_ids(
-        self, records: bytes | memoryview
+        self, records: bytes | memoryview, known_ids: list[list[tuple[int, str]]] | None = None
     ) -> list[list[tuple[int, str]]] | bytes | AppendResult:
         """Leave out records whose ``flux-msg-id`` was stored within the dedup window.
 
@@ -322,8 +331,10 @@ class Partition:
         changed = False
         seen: set[str] = set()
         found: list[list[tuple[int, str]]] = []
-        for header, raw in batches:
-            batch_ids = message_ids_in(raw, header)
+        if known_ids is not None and len(known_ids) != len(batches):
+            raise ValueError(f"{len(known_ids)} id lists for {len(batches)} batches")
+        for position, (header, raw) in enumerate(batches):
+            batch_ids = message_ids_in(raw, header) if known_ids is None else known_ids[position]
             found.append(batch_ids)
             ids = dict(batch_ids)
             repeats = {}

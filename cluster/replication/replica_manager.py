@@ -704,10 +704,17 @@ class ReplicaManager:
         error = partition.check_leader_epoch(current_leader_epoch)
         return error if error is not None else partition
 
-    def append(self, partition: Partition, records: bytes | memoryview) -> AppendResult:
-        """Append as leader; an I/O error (raised on) takes the log directory offline."""
+    def append(
+        self,
+        partition: Partition,
+        records: bytes | memoryview,
+        *,
+        known_ids: list[list[tuple[int, str]]] | None = None,
+    ) -> AppendResult:
+        """Append as leader (``known_ids``: see ``Partition.append_as_leader``); an I/O error
+        (raised on) takes the log directory offline."""
         try:
-            result = partition.append_as_leader(records)
+            result = partition.append_as_leader(records, known_ids=known_ids)
         except OSError as error:  # LogDirectoryError, or a file the log does not own
             self.fail_log_directory(error, what=f"appending to {partition.key}")
             raise

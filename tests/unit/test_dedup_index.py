@@ -5,6 +5,7 @@ follower learns the ids it replicates, and that a new leader rebuilds the window
 from __future__ import annotations
 
 from flux.cluster.config import parse_config
+from flux.cluster.http.common import _ids_of
 from flux.cluster.http.dedup import (
     MESSAGE_ID_HEADER,
     MessageIdIndex,
@@ -94,6 +95,30 @@ def test_repeat_gets_its_original_offset_and_is_not_appended() -> None:
     )
     assert mixed.record_count == 2
     assert _values(leader) == [b"one", b"two", b"three", b"four"]
+
+
+def test_known_ids_answer_repeats_as_decoded_ids_do() -> None:
+    """The HTTP front door passes the ids of the batches it built (``known_ids``): the same
+    answers as decoding them, and ``_ids_of`` finds what ``message_ids_in`` would."""
+    records = [
+        (None, b"a", [(MESSAGE_ID_HEADER, b"m-1")]),
+        (None, b"b", []),
+        (None, b"c", [("other", b"x"), (MESSAGE_ID_HEADER, b"m-2"), (MESSAGE_ID_HEADER, b"no")]),
+        (None, b"d", [(MESSAGE_ID_HEADER, b"")]),
+    ]
+    [(header, raw)] = list(iter_batches(build_batch(records)))
+    assert _ids_of(records) == message_ids_in(raw, header) == [(0, "m-1"), (2, "m-2")]
+
+    leader = _partition(1)
+    leader.become_leader(PartitionState((1,), (1,), 1, 0, 0))
+    first = leader.append_as_leader(build_batch(records), known_ids=[_ids_of(records)])
+    assert leader.dedup.lookup("m-2") == first.base_offset + 2
+    repeat = [(None, b"a again", [(MESSAGE_ID_HEADER, b"m-1")])]
+    again = leader.append_as_leader(build_batch(repeat), known_ids=[_ids_of(repeat)])
+    assert (again.base_offset, again.batch_count) == (first.base_offset, 0)
+    plain = [(None, b"e", [])]
+    assert leader.append_as_leader(build_batch(plain), known_ids=[[]]).record_count == 1
+    assert _values(leader) == [b"a", b"b", b"c", b"d", b"e"]
 
 
 def test_new_leader_knows_the_ids_after_failover() -> None:
