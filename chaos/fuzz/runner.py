@@ -57,6 +57,7 @@ from typing import Any
 
 import aiohttp
 import yarl
+from flux.cluster.groups.state import GroupState
 from flux.protocol.api import ApiKey, decode_request, decode_response
 from flux.protocol.errors import ProtocolError
 from flux.protocol.records import iter_batches
@@ -124,7 +125,11 @@ CLUSTER_SETTINGS: dict[str, dict[str, Any]] = {
     "controller": {"session_timeout_ms": 6000},
 }
 #: JoinGroup and SyncGroup: answered when the group's rebalance ends, not at once.
-_GROUP_WAIT_APIS = frozenset({11, 14})
+_GROUP_WAIT_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
+#: The states DescribeGroups names while a group rebalances.
+_REBALANCING = frozenset(
+    {GroupState.PREPARING_REBALANCE.value, GroupState.COMPLETING_REBALANCE.value}
+)
 #: Cases remembered per node, to name what a crashed node was sent last.
 RECENT_CASES = 20
 
@@ -542,7 +547,7 @@ class _Run:
         except KafkaClientError:
             return False
         states = {g.get("group_state") for g in answer.get("groups") or []}
-        return bool(states & {"PreparingRebalance", "CompletingRebalance"})
+        return bool(states & _REBALANCING)
 
     async def _kafka_raw(self, node: FuzzNode, case: KafkaCase) -> tuple[str, bytes | None]:
         timeout = self.settings.case_timeout_s
