@@ -21,7 +21,7 @@ from aiohttp import web
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.partitioner import partition_for_key
 from flux.protocol.records import Header, build_batch
-from flux.storage import AppendResult, CorruptBatchError
+from flux.storage import CorruptBatchError
 
 from ..groups.coordinator import GroupCoordinator
 from ..groups.offsets_client import OffsetsClient
@@ -441,22 +441,38 @@ class HttpApiBase:
                 f"in-sync replicas {len(partition.state.isr)} < min.insync.replicas {min_insync}",
                 code="NOT_ENOUGH_REPLICAS",
             )
-        results = []
+        # Repeats are answered from the id index (their first offset, ``duplicate``), as is
+        # an id repeated within the group (the offset its first record gets); every other
+        # record goes in one batch, one append and one replication round. The lookups and the
+        # append run with no await between them, so nothing can slip in.
+        fresh, answered = _split_repeats(partition, records)
+        results: list[dict[str, Any]] = [{} for _ in records]
         last_offset = -1
-        # One batch per record keeps each record's dedup answer exact (a repeat's original
-        # offset) at a small cost; HTTP producers wanting throughput send many per request.
-        batches = _group_for_batches(records)
-        for group in batches:
-            batch = build_batch(group)
+        for position, offset in answered.items():
+            if offset >= 0:
+                results[position] = _result(partition, offset, duplicate=True)
+                last_offset = max(last_offset, offset)
+        if fresh:
+            group = [records[position] for position in fresh]
             try:
-                appended = self._replicas.append(partition, batch, known_ids=[_ids_of(group)])
+                appended = self._replicas.append(
+                    partition, build_batch(group), known_ids=[_ids_of(group)]
+                )
             except ProducerRejectedError as error:
                 raise _status_error(error.error, str(error)) from None
             except (CorruptBatchError, CorruptRecordError) as error:
                 raise HttpError(400, f"cannot store the message: {error}") from None
             except OSError as error:
                 raise HttpError(500, f"storage error: {error}") from None
-            results.extend(_results_for(partition, group, appended))
+            assert appended.batch_count == 1, "repeats were left out"
+            for delta, position in enumerate(fresh):
+                results[position] = _result(partition, appended.base_offset + delta)
+            for position, offset in answered.items():
+                if offset < 0:  # repeats record ``-1 - delta`` of this batch
+                    delta = -1 - offset
+                    results[position] = _result(
+                        partition, appended.base_offset + delta, duplicate=True
+                    )
             last_offset = max(last_offset, appended.last_offset)
         if last_offset >= 0:
             future = partition.add_delayed_produce(last_offset + 1)
@@ -505,23 +521,37 @@ def _status_error(error: ErrorCode, message: str) -> HttpError:
     return HttpError(status, message, field=field, code=error.name)
 
 
-def _group_for_batches(
-    records: list[tuple[bytes | None, bytes, list[Header]]],
-) -> list[list[tuple[bytes | None, bytes, list[Header]]]]:
-    """Records with an id go in batches of their own (each gets its own dedup answer); the
-    rest share one batch."""
-    plain = [r for r in records if not any(k == MESSAGE_ID_HEADER for k, _ in r[2])]
-    if len(plain) == len(records):
-        return [records]
-    groups: list[list[tuple[bytes | None, bytes, list[Header]]]] = []
-    for record in records:
-        if any(k == MESSAGE_ID_HEADER for k, _ in record[2]):
-            groups.append([record])
-        elif groups and not any(k == MESSAGE_ID_HEADER for k, _ in groups[-1][-1][2]):
-            groups[-1].append(record)
-        else:
-            groups.append([record])
-    return groups
+def _split_repeats(
+    partition: Partition, records: list[tuple[bytes | None, bytes, list[Header]]]
+) -> tuple[list[int], dict[int, int]]:
+    """The positions of the records to append, and the answered rest: position -> the offset
+    their id was stored at within the dedup window, or ``-1 - i`` for an id repeating that of
+    the ``i``-th record to append."""
+    dedup = partition.dedup
+    fresh: list[int] = []
+    answered: dict[int, int] = {}
+    first: dict[str, int] = {}
+    for position, (_, _, headers) in enumerate(records):
+        message_id = _id_in(headers) if dedup.enabled else None
+        if message_id is not None:
+            stored = dedup.lookup(message_id)
+            if stored is not None:
+                answered[position] = stored
+                continue
+            if message_id in first:
+                answered[position] = -1 - first[message_id]
+                continue
+            first[message_id] = len(fresh)
+        fresh.append(position)
+    return fresh, answered
+
+
+def _id_in(headers: list[Header]) -> str | None:
+    """The record's ``flux-msg-id`` as ``message_ids_in`` reads it (None: it has none)."""
+    for name, value in headers:
+        if name == MESSAGE_ID_HEADER and value and len(value) <= MAX_ID_BYTES:
+            return value.decode("utf-8", "replace")
+    return None
 
 
 def _ids_of(
@@ -531,26 +561,19 @@ def _ids_of(
     partition takes them as known (``Partition.append_as_leader``)."""
     found = []
     for position, (_, _, headers) in enumerate(records):
-        for name, value in headers:
-            if name == MESSAGE_ID_HEADER and value and len(value) <= MAX_ID_BYTES:
-                found.append((position, value.decode("utf-8", "replace")))
-                break
+        message_id = _id_in(headers)
+        if message_id is not None:
+            found.append((position, message_id))
     return found
 
 
-def _results_for(
-    partition: Partition, group: list[Any], appended: AppendResult
-) -> list[dict[str, Any]]:
-    duplicate = appended.batch_count == 0
-    return [
-        {
-            "topic": partition.topic,
-            "partition": partition.index,
-            "offset": appended.base_offset + (0 if duplicate else position),
-            "duplicate": duplicate,
-        }
-        for position in range(len(group))
-    ]
+def _result(partition: Partition, offset: int, *, duplicate: bool = False) -> dict[str, Any]:
+    return {
+        "topic": partition.topic,
+        "partition": partition.index,
+        "offset": offset,
+        "duplicate": duplicate,
+    }
 
 
 def _encode_record(record: tuple[bytes | None, bytes, list[Header]]) -> dict[str, Any]:
