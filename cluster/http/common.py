@@ -30,7 +30,7 @@ from ..replication.partition import Partition, ProducerRejectedError
 from ..replication.peers import FORWARDED_HEADER, BrokerPeers, PeerUnavailableError
 from ..replication.replica_manager import ReplicaManager
 from ..topics import InvalidTopicError, validate_topic_name
-from .dedup import MAX_ID_BYTES, MESSAGE_ID_HEADER
+from .dedup import MAX_ID_BYTES, MESSAGE_ID_HEADER, message_id_of
 from .forward_link import ForwardLinks
 from .group_commit import GroupCommit
 from .metrics import BrokerMetrics
@@ -532,7 +532,7 @@ def _split_repeats(
     answered: dict[int, int] = {}
     first: dict[str, int] = {}
     for position, (_, _, headers) in enumerate(records):
-        message_id = _id_in(headers) if dedup.enabled else None
+        message_id = message_id_of(headers) if dedup.enabled else None
         if message_id is not None:
             stored = dedup.lookup(message_id)
             if stored is not None:
@@ -546,14 +546,6 @@ def _split_repeats(
     return fresh, answered
 
 
-def _id_in(headers: list[Header]) -> str | None:
-    """The record's ``flux-msg-id`` as ``message_ids_in`` reads it (None: it has none)."""
-    for name, value in headers:
-        if name == MESSAGE_ID_HEADER and value and len(value) <= MAX_ID_BYTES:
-            return value.decode("utf-8", "replace")
-    return None
-
-
 def _ids_of(
     records: list[tuple[bytes | None, bytes, list[Header]]],
 ) -> list[tuple[int, str]]:
@@ -561,7 +553,7 @@ def _ids_of(
     partition takes them as known (``Partition.append_as_leader``)."""
     found = []
     for position, (_, _, headers) in enumerate(records):
-        message_id = _id_in(headers)
+        message_id = message_id_of(headers)
         if message_id is not None:
             found.append((position, message_id))
     return found

@@ -33,6 +33,7 @@ __all__ = [
     "MESSAGE_ID_HEADER",
     "MessageIdIndex",
     "may_carry_ids",
+    "message_id_of",
     "message_ids_in",
 ]
 
@@ -70,11 +71,19 @@ def message_ids_in(batch: bytes | memoryview, header: BatchHeader) -> list[tuple
     base = header.base_offset
     # Plain tuples, not ``Record`` objects: every replica runs this for every batch with ids.
     for offset, _, _, _, headers in decode_record_fields(raw, verify_crc=False):
-        for key, value in headers:
-            if key == MESSAGE_ID_HEADER and value and len(value) <= MAX_ID_BYTES:
-                found.append((offset - base, value.decode("utf-8", "replace")))
-                break
+        message_id = message_id_of(headers)
+        if message_id is not None:
+            found.append((offset - base, message_id))
     return found
+
+
+def message_id_of(headers: Iterable[tuple[str, bytes | None]]) -> str | None:
+    """A record's id: its first ``flux-msg-id`` header with a value of 1 to ``MAX_ID_BYTES``
+    bytes (None: it has none)."""
+    for key, value in headers:
+        if key == MESSAGE_ID_HEADER and value and len(value) <= MAX_ID_BYTES:
+            return value.decode("utf-8", "replace")
+    return None
 
 
 class MessageIdIndex:
