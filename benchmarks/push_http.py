@@ -165,8 +165,17 @@ async def _publish_throughput(
     return count / (time.perf_counter() - started)
 
 
-def _wrk_publish(nodes: list[NodeProcess], seconds: float, connections: int) -> dict[str, Any]:
-    """``wrk`` POSTing single messages to every broker at once (connections spread evenly)."""
+def _wrk_publish(
+    nodes: list[NodeProcess],
+    seconds: float,
+    connections: int,
+    *,
+    topic: str = "bench-wrk",
+    tag: str = "",
+) -> dict[str, Any]:
+    """``wrk`` POSTing single messages to ``topic`` at every broker at once (connections
+    spread evenly); ids start with ``tag`` (another run on the same topic needs another tag:
+    repeated ids are answered as duplicates, without an append)."""
     script = ROOT / "benchmarks" / "push_http_publish.lua"
     processes = []
     for index, node in enumerate(nodes):
@@ -185,8 +194,8 @@ def _wrk_publish(nodes: list[NodeProcess], seconds: float, connections: int) -> 
                     str(script),
                     _base(node),
                     "--",
-                    "bench-wrk",
-                    f"n{node.node_id}",
+                    topic,
+                    f"{tag}n{node.node_id}",
                 ],
                 stdout=subprocess.PIPE,
                 text=True,

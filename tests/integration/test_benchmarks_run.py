@@ -41,6 +41,23 @@ def test_replicated_produce_benchmark_prints_json() -> None:
     assert figures["latency"]["p99_ms"] >= figures["latency"]["p50_ms"] > 0
 
 
+def test_publish_cost_benchmark_prints_json() -> None:
+    figures = _run("publish_cost.py", "--shapes", "1x1", "--connections", "2", "--seconds", "1")
+    [point] = figures["points"]
+    assert point["shape"] == "1x1" and point["connections"] == 2
+    assert point["errors"] == 0 and point["messages_per_s"] > 0
+    # Every answered message is stored (the high watermarks count the warm-up's too).
+    assert point["stored"] >= point["answered"] > 0
+    assert point["cpu_us_per_message"] > 0
+
+
+def test_http_floor_benchmark_prints_json() -> None:
+    figures = _run("http_floor.py", "--seconds", "1", "--link-calls", "200")
+    assert figures["aiohttp"]["requests_per_s"] > 0 and figures["aiohttp"]["non_2xx"] == 0
+    assert figures["forward_link"]["calls"] == 200
+    assert figures["forward_link"]["round_trips_per_s"] > 0
+
+
 def test_failover_benchmark_prints_json() -> None:
     figures = _run("failover.py", "--rounds", "1", "--steady-seconds", "4")
     assert len(figures["broker_kill_to_new_leaders"]["runs_s"]) == 1
