@@ -445,7 +445,7 @@ class HttpApiBase:
         # an id repeated within the group (the offset its first record gets); every other
         # record goes in one batch, one append and one replication round. The lookups and the
         # append run with no await between them, so nothing can slip in.
-        fresh, answered = _split_repeats(partition, records)
+        fresh, fresh_ids, answered = _split_repeats(partition, records)
         results: list[dict[str, Any]] = [{} for _ in records]
         last_offset = -1
         for position, offset in answered.items():
@@ -455,8 +455,10 @@ class HttpApiBase:
         if fresh:
             group = [records[position] for position in fresh]
             try:
+                # ``_split_repeats`` found and looked up every id just now: the append neither
+                # decodes the batch for them nor looks them up again.
                 appended = self._replicas.append(
-                    partition, build_batch(group), known_ids=[_ids_of(group)]
+                    partition, build_batch(group), known_ids=[fresh_ids], ids_checked=True
                 )
             except ProducerRejectedError as error:
                 raise _status_error(error.error, str(error)) from None
@@ -523,10 +525,12 @@ def _status_error(error: ErrorCode, message: str) -> HttpError:
 
 def _split_repeats(
     partition: Partition, records: list[tuple[bytes | None, bytes, list[Header]]]
-) -> tuple[list[int], dict[int, int]]:
-    """The positions of the records to append, and the answered rest: position -> the offset
-    their id was stored at within the dedup window, or ``-1 - i`` for an id repeating that of
-    the ``i``-th record to append."""
+) -> tuple[list[int], list[tuple[int, str]], dict[int, int]]:
+    """The positions of the records to append; the ids among them, as ``message_ids_in``
+    would find them in the batch of those records (``(index in it, id)``; none when the
+    partition does not deduplicate); and the answered rest: position -> the offset their id
+    was stored at within the dedup window, or ``-1 - i`` for an id repeating that of the
+    ``i``-th record to append."""
     dedup = partition.dedup
     fresh: list[int] = []
     answered: dict[int, int] = {}
@@ -543,20 +547,7 @@ def _split_repeats(
                 continue
             first[message_id] = len(fresh)
         fresh.append(position)
-    return fresh, answered
-
-
-def _ids_of(
-    records: list[tuple[bytes | None, bytes, list[Header]]],
-) -> list[tuple[int, str]]:
-    """What ``message_ids_in`` finds in ``build_batch(records)``, without decoding it: the
-    partition takes them as known (``Partition.append_as_leader``)."""
-    found = []
-    for position, (_, _, headers) in enumerate(records):
-        message_id = message_id_of(headers)
-        if message_id is not None:
-            found.append((position, message_id))
-    return found
+    return fresh, [(index, message_id) for message_id, index in first.items()], answered
 
 
 def _result(partition: Partition, offset: int, *, duplicate: bool = False) -> dict[str, Any]:

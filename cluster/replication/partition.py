@@ -237,6 +237,7 @@ class Partition:
         markers: bool = False,
         coordinator: bool = False,
         known_ids: list[list[tuple[int, str]]] | None = None,
+        ids_checked: bool = False,
     ) -> AppendResult:
         """Append client batches stamped with this leader's epoch. Idempotent batches are
         checked against the producer state first: a retried batch already in the log is not
@@ -246,7 +247,9 @@ class Partition:
         write them. ``coordinator``: a coordinator's own transactional batch (TxnOffsetCommit),
         without sequence numbers, so not checked against the producer state. ``known_ids``: the
         ``message_ids_in`` of each batch, from a caller that built the batches (the HTTP front
-        door), so they are not decoded here."""
+        door), so they are not decoded here. ``ids_checked``: that caller also looked each of
+        them up in ``dedup`` and left repeats out, with no await since, so they are not looked
+        up again."""
         assert self.is_leader, "only a leader appends client batches"
         headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
         if not markers and any(header.is_control for header in headers):
@@ -257,7 +260,9 @@ class Partition:
             any(known_ids) if known_ids is not None else may_carry_ids(records, headers)
         )
         ids: list[list[tuple[int, str]]] | None = None
-        if with_ids:
+        if with_ids and ids_checked and known_ids is not None:
+            ids = known_ids
+        elif with_ids:
             deduplicated = self._drop_duplicate_ids(records, known_ids)
             if isinstance(deduplicated, AppendResult):
                 return deduplicated

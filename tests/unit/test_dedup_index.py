@@ -5,7 +5,7 @@ follower learns the ids it replicates, and that a new leader rebuilds the window
 from __future__ import annotations
 
 from flux.cluster.config import parse_config
-from flux.cluster.http.common import _ids_of
+from flux.cluster.http.common import _split_repeats
 from flux.cluster.http.dedup import (
     MESSAGE_ID_HEADER,
     MessageIdIndex,
@@ -98,8 +98,9 @@ def test_repeat_gets_its_original_offset_and_is_not_appended() -> None:
 
 
 def test_known_ids_answer_repeats_as_decoded_ids_do() -> None:
-    """The HTTP front door passes the ids of the batches it built (``known_ids``): the same
-    answers as decoding them, and ``_ids_of`` finds what ``message_ids_in`` would."""
+    """The HTTP front door passes the ids of the batches it built (``known_ids``), found and
+    looked up by ``_split_repeats`` (``ids_checked``): what ``message_ids_in`` would find, and
+    the same answers as decoding them."""
     records = [
         (None, b"a", [(MESSAGE_ID_HEADER, b"m-1")]),
         (None, b"b", []),
@@ -107,18 +108,32 @@ def test_known_ids_answer_repeats_as_decoded_ids_do() -> None:
         (None, b"d", [(MESSAGE_ID_HEADER, b"")]),
     ]
     [(header, raw)] = list(iter_batches(build_batch(records)))
-    assert _ids_of(records) == message_ids_in(raw, header) == [(0, "m-1"), (2, "m-2")]
-
     leader = _partition(1)
     leader.become_leader(PartitionState((1,), (1,), 1, 0, 0))
-    first = leader.append_as_leader(build_batch(records), known_ids=[_ids_of(records)])
+    fresh, fresh_ids, answered = _split_repeats(leader, records)
+    assert (fresh, answered) == ([0, 1, 2, 3], {})
+    assert fresh_ids == message_ids_in(raw, header) == [(0, "m-1"), (2, "m-2")]
+
+    first = leader.append_as_leader(build_batch(records), known_ids=[fresh_ids], ids_checked=True)
     assert leader.dedup.lookup("m-2") == first.base_offset + 2
-    repeat = [(None, b"a again", [(MESSAGE_ID_HEADER, b"m-1")])]
-    again = leader.append_as_leader(build_batch(repeat), known_ids=[_ids_of(repeat)])
+    # A repeat (of a stored id, and of one earlier in the same group) is answered, not kept.
+    repeat = [
+        (None, b"a again", [(MESSAGE_ID_HEADER, b"m-1")]),
+        (None, b"f", [(MESSAGE_ID_HEADER, b"m-3")]),
+        (None, b"f again", [(MESSAGE_ID_HEADER, b"m-3")]),
+    ]
+    fresh, fresh_ids, answered = _split_repeats(leader, repeat)
+    assert (fresh, fresh_ids, answered) == ([1], [(0, "m-3")], {0: first.base_offset, 2: -1})
+    kept = leader.append_as_leader(
+        build_batch([repeat[1]]), known_ids=[fresh_ids], ids_checked=True
+    )
+    assert leader.dedup.lookup("m-3") == kept.base_offset
+    # Without ``ids_checked`` the append looks the ids up itself.
+    again = leader.append_as_leader(build_batch(repeat[:1]), known_ids=[[(0, "m-1")]])
     assert (again.base_offset, again.batch_count) == (first.base_offset, 0)
     plain = [(None, b"e", [])]
     assert leader.append_as_leader(build_batch(plain), known_ids=[[]]).record_count == 1
-    assert _values(leader) == [b"a", b"b", b"c", b"d", b"e"]
+    assert _values(leader) == [b"a", b"b", b"c", b"d", b"f", b"e"]
 
 
 def test_new_leader_knows_the_ids_after_failover() -> None:
