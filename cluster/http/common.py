@@ -458,7 +458,7 @@ class HttpApiBase:
                 # ``_split_repeats`` found and looked up every id just now: the append neither
                 # decodes the batch for them nor looks them up again.
                 appended = self._replicas.append(
-                    partition, build_batch(group), known_ids=[fresh_ids], ids_checked=True
+                    partition, build_batch(group), known_ids=[fresh_ids]
                 )
             except ProducerRejectedError as error:
                 raise _status_error(error.error, str(error)) from None

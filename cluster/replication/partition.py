@@ -237,7 +237,6 @@ class Partition:
         markers: bool = False,
         coordinator: bool = False,
         known_ids: list[list[tuple[int, str]]] | None = None,
-        ids_checked: bool = False,
     ) -> AppendResult:
         """Append client batches stamped with this leader's epoch. Idempotent batches are
         checked against the producer state first: a retried batch already in the log is not
@@ -246,10 +245,9 @@ class Partition:
         (transaction markers) only with ``markers`` (``write_txn_marker``): a client may not
         write them. ``coordinator``: a coordinator's own transactional batch (TxnOffsetCommit),
         without sequence numbers, so not checked against the producer state. ``known_ids``: the
-        ``message_ids_in`` of each batch, from a caller that built the batches (the HTTP front
-        door), so they are not decoded here. ``ids_checked``: that caller also looked each of
-        them up in ``dedup`` and left repeats out, with no await since, so they are not looked
-        up again."""
+        ``message_ids_in`` of each batch, from a caller that built the batches, looked each id
+        up in ``dedup`` and left repeats out, with no await since (the HTTP front door): they
+        are neither decoded nor looked up again here."""
         assert self.is_leader, "only a leader appends client batches"
         headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
         if not markers and any(header.is_control for header in headers):
@@ -260,10 +258,10 @@ class Partition:
             any(known_ids) if known_ids is not None else may_carry_ids(records, headers)
         )
         ids: list[list[tuple[int, str]]] | None = None
-        if with_ids and ids_checked and known_ids is not None:
+        if with_ids and known_ids is not None:
             ids = known_ids
         elif with_ids:
-            deduplicated = self._drop_duplicate_ids(records, known_ids)
+            deduplicated = self._drop_duplicate_ids(records)
             if isinstance(deduplicated, AppendResult):
                 return deduplicated
             if isinstance(deduplicated, list):
@@ -319,7 +317,7 @@ class Partition:
         return result
 
     def _drop_duplicate_ids(
-        self, records: bytes | memoryview, known_ids: list[list[tuple[int, str]]] | None = None
+        self, records: bytes | memoryview
     ) -> list[list[tuple[int, str]]] | bytes | AppendResult:
         """Leave out records whose ``flux-msg-id`` was stored within the dedup window.
 
@@ -336,10 +334,8 @@ class Partition:
         changed = False
         seen: set[str] = set()
         found: list[list[tuple[int, str]]] = []
-        if known_ids is not None and len(known_ids) != len(batches):
-            raise ValueError(f"{len(known_ids)} id lists for {len(batches)} batches")
-        for position, (header, raw) in enumerate(batches):
-            batch_ids = message_ids_in(raw, header) if known_ids is None else known_ids[position]
+        for header, raw in batches:
+            batch_ids = message_ids_in(raw, header)
             found.append(batch_ids)
             ids = dict(batch_ids)
             repeats = {}

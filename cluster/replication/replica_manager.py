@@ -710,15 +710,11 @@ class ReplicaManager:
         records: bytes | memoryview,
         *,
         known_ids: list[list[tuple[int, str]]] | None = None,
-        ids_checked: bool = False,
     ) -> AppendResult:
-        """Append as leader (``known_ids``, ``ids_checked``: see
-        ``Partition.append_as_leader``); an I/O error (raised on) takes the log directory
-        offline."""
+        """Append as leader (``known_ids``: see ``Partition.append_as_leader``); an I/O error
+        (raised on) takes the log directory offline."""
         try:
-            result = partition.append_as_leader(
-                records, known_ids=known_ids, ids_checked=ids_checked
-            )
+            result = partition.append_as_leader(records, known_ids=known_ids)
         except OSError as error:  # LogDirectoryError, or a file the log does not own
             self.fail_log_directory(error, what=f"appending to {partition.key}")
             raise

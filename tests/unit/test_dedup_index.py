@@ -99,8 +99,8 @@ def test_repeat_gets_its_original_offset_and_is_not_appended() -> None:
 
 def test_known_ids_answer_repeats_as_decoded_ids_do() -> None:
     """The HTTP front door passes the ids of the batches it built (``known_ids``), found and
-    looked up by ``_split_repeats`` (``ids_checked``): what ``message_ids_in`` would find, and
-    the same answers as decoding them."""
+    looked up by ``_split_repeats``: what ``message_ids_in`` would find, and the same answers
+    as decoding them."""
     records = [
         (None, b"a", [(MESSAGE_ID_HEADER, b"m-1")]),
         (None, b"b", []),
@@ -114,7 +114,7 @@ def test_known_ids_answer_repeats_as_decoded_ids_do() -> None:
     assert (fresh, answered) == ([0, 1, 2, 3], {})
     assert fresh_ids == message_ids_in(raw, header) == [(0, "m-1"), (2, "m-2")]
 
-    first = leader.append_as_leader(build_batch(records), known_ids=[fresh_ids], ids_checked=True)
+    first = leader.append_as_leader(build_batch(records), known_ids=[fresh_ids])
     assert leader.dedup.lookup("m-2") == first.base_offset + 2
     # A repeat (of a stored id, and of one earlier in the same group) is answered, not kept.
     repeat = [
@@ -124,12 +124,10 @@ def test_known_ids_answer_repeats_as_decoded_ids_do() -> None:
     ]
     fresh, fresh_ids, answered = _split_repeats(leader, repeat)
     assert (fresh, fresh_ids, answered) == ([1], [(0, "m-3")], {0: first.base_offset, 2: -1})
-    kept = leader.append_as_leader(
-        build_batch([repeat[1]]), known_ids=[fresh_ids], ids_checked=True
-    )
+    kept = leader.append_as_leader(build_batch([repeat[1]]), known_ids=[fresh_ids])
     assert leader.dedup.lookup("m-3") == kept.base_offset
-    # Without ``ids_checked`` the append looks the ids up itself.
-    again = leader.append_as_leader(build_batch(repeat[:1]), known_ids=[[(0, "m-1")]])
+    # Without ``known_ids`` the append decodes the ids and looks them up itself.
+    again = leader.append_as_leader(build_batch(repeat[:1]))
     assert (again.base_offset, again.batch_count) == (first.base_offset, 0)
     plain = [(None, b"e", [])]
     assert leader.append_as_leader(build_batch(plain), known_ids=[[]]).record_count == 1
