@@ -34,16 +34,13 @@ from aiohttp import web
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from flux.cluster.http.forward_link import LINK_PATH, ForwardLinks, serve_produce_link  # noqa: E402
 from flux.cluster.launcher import free_port  # noqa: E402
+from scaling import _cpu_seconds  # noqa: E402
 
 _BODY = '{"id":"x-1","message":"m-1","topic":"t"}'
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- the server process -------------------------------------------------------------------------
@@ -86,7 +83,7 @@ def _wrk(port: int, connections: int, seconds: float, server_pid: int) -> dict[s
         'wrk.headers["Content-Type"] = "application/json"\n'
     )
     try:
-        before = _cpu_s(server_pid)
+        before = _cpu_seconds(server_pid)
         out = subprocess.run(
             [
                 "wrk",
@@ -102,7 +99,7 @@ def _wrk(port: int, connections: int, seconds: float, server_pid: int) -> dict[s
             check=True,
             timeout=seconds + 60,
         ).stdout
-        cpu = _cpu_s(server_pid) - before
+        cpu = _cpu_seconds(server_pid) - before
     finally:
         script.unlink(missing_ok=True)
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
@@ -150,13 +147,13 @@ async def _link_round_trips(
                 status, _ = await links.produce(1, "t", 0, [record], 5.0)
                 assert status == 200
 
-        server_before = _cpu_s(server_pid)
+        server_before = _cpu_seconds(server_pid)
         cpu_before = time.process_time()
         started = time.perf_counter()
         await asyncio.gather(*(caller() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
         caller_cpu = time.process_time() - cpu_before
-        server_cpu = _cpu_s(server_pid) - server_before
+        server_cpu = _cpu_seconds(server_pid) - server_before
     finally:
         await links.close()
         await peers.client().close()

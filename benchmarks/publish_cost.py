@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -36,15 +35,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import push_http  # noqa: E402
 from flux.cluster.launcher import NodeProcess, running_local_cluster  # noqa: E402
+from scaling import _cpu_seconds  # noqa: E402
 
 PARTITIONS = 3
 WARM_UP_S = 2
-
-
-def _cpu_s(node: NodeProcess) -> float:
-    """The node process's user + system CPU seconds so far."""
-    fields = Path(f"/proc/{node.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _call(node: NodeProcess, method: str, path: str, body: Any = None) -> Any:
@@ -78,9 +72,9 @@ def _point(
         {"name": topic, "partitions": PARTITIONS, "replication_factor": rf},
     )
     push_http._wrk_publish(nodes, WARM_UP_S, connections, topic=topic, tag="w")
-    before = [_cpu_s(node) for node in nodes]
+    before = [_cpu_seconds(node.pid) for node in nodes]
     run = push_http._wrk_publish(nodes, seconds, connections, topic=topic, tag="m")
-    cpu = sum(_cpu_s(node) for node in nodes) - sum(before)
+    cpu = sum(_cpu_seconds(node.pid) for node in nodes) - sum(before)
     answered = run["answered_2xx"]
     return {
         "shape": shape,
