@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.flux-installed
 PYTEST_ARGS ?=
 
-.PHONY: up down status test lint bench clean install
+.PHONY: up down status test lint bench clean install system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,12 @@ down: $(STAMP)
 status: $(STAMP)
 	$(BIN)/fluxctl cluster status
 
+## The Debian packages the tests need (Chromium, Node, wrk, promtool, ...), installed if missing.
+system-deps:
+	bash .ci/system-deps
+
 ## Run the whole test suite in parallel.
-test: $(STAMP)
+test: system-deps $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
