@@ -13,6 +13,10 @@ answered from the id index without an append).
     python benchmarks/publish_cost.py [--shapes 1x1,3x1,3x3] [--connections 16,64,256]
         [--seconds 10]
 
+With ``--connections 1`` every publish is its own round (one message per append, per follower
+fetch and per acknowledgement): ``--shapes 3x1,3x3 --connections 1`` measures the CPU of one
+replication round with two followers as the difference between its two points.
+
 Prints one JSON object: ``{"points": [{"shape", "connections", "messages_per_s", "answered",
 "stored" (the topic's high watermarks summed: the warm-up's messages and the measured ones),
 "cpu_us_per_message", "cpu_cores", "latency_p50_ms", "latency_p99_ms", "errors"}, ...]}``.
