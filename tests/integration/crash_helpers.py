@@ -21,13 +21,16 @@ def produce_acknowledged(
     bootstrap: str, count: int, *, prefix: str = "v", topic: str = TOPIC
 ) -> dict[int, list[bytes]]:
     """Produce ``count`` values with acks=all, round robin over the partitions; the values
-    acknowledged, by partition. Every one must be acknowledged."""
+    acknowledged, by partition. Every one must be acknowledged. The producer is idempotent:
+    without it a retry after a leader change (the first leader appended, the client saw
+    NOT_LEADER) stores the value twice, as in Kafka, and "read once" could not be checked."""
     from confluent_kafka import Producer
 
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             "acks": "all",
+            "enable.idempotence": True,
             "linger.ms": 2,
             "message.timeout.ms": 60000,
             "retry.backoff.ms": 50,
