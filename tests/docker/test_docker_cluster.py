@@ -193,12 +193,15 @@ class AckedProducer:
 def _high_watermark(consumer: confluent_kafka.Consumer, partition: Any) -> int:
     """The partition's high watermark, asked again on a transient client error (librdkafka
     replaces a broker handle when a metadata refresh renames it: _DESTROY_BROKER; a leadership
-    that just moved answers NOT_LEADER_FOR_PARTITION until the client's metadata follows)."""
+    that just moved answers NOT_LEADER_FOR_PARTITION until the client's metadata follows; a
+    new client whose first metadata answer came from a node that just healed may not know the
+    partition yet: _UNKNOWN_PARTITION, until its next refresh)."""
     deadline = time.monotonic() + 30
     moving = (
         confluent_kafka.KafkaError._DESTROY_BROKER,
         confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
         confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE,
+        confluent_kafka.KafkaError._UNKNOWN_PARTITION,
     )
     while True:
         try:
