@@ -130,8 +130,13 @@ def _start_fourth_controller(first: NodeProcess, node_id: int) -> tuple[NodeProc
     return node, entry
 
 
+def _invoke(*args: str) -> Any:
+    """``fluxctl controller ARGS --json``, run in this process; click's result."""
+    return CliRunner().invoke(fluxctl, ["controller", *args, "--json"])
+
+
 def _fluxctl(*args: str) -> dict[str, Any]:
-    result = CliRunner().invoke(fluxctl, ["controller", *args, "--json"])
+    result = _invoke(*args)
     assert result.exit_code == 0, result.output
     answer: dict[str, Any] = json.loads(result.stdout)
     return answer
@@ -145,9 +150,7 @@ def _remove_active(node_id: int, http: str) -> dict[str, Any]:
     answers: list[dict[str, Any]] = []
 
     def removed() -> bool:
-        result = CliRunner().invoke(
-            fluxctl, ["controller", "remove", str(node_id), "--controller", http, "--json"]
-        )
+        result = _invoke("remove", str(node_id), "--controller", http)
         if result.exit_code == 0:
             answers.append(json.loads(result.stdout))
             return True

@@ -54,21 +54,21 @@ def _wait_same_view(broker: NodeProcess, controller: NodeProcess) -> dict[str, A
     """Wait until ``broker`` applied the controller's version; its partitions then match.
     Compared only at one version: after a failover the controller may still be moving
     leaders and ISRs (fencing the dead node), and a view read a moment later is newer."""
-    seen: list[int] = []
 
-    def settled() -> tuple[dict[str, Any], dict[str, list[tuple]], dict[str, list[tuple]]] | None:
+    def settled() -> (
+        tuple[int, dict[str, Any], dict[str, list[tuple]], dict[str, list[tuple]]] | None
+    ):
         version, expected = _controller_view(controller)
-        seen.append(version)
         if _health(broker)["metadata_version"] < version:
             return None
         view = _broker_view(broker, sorted(expected))
         health = _health(broker)
         if health["metadata_version"] != version or _controller_view(controller)[0] != version:
             return None  # moved on while we read: read both again
-        return health, view, expected
+        return version, health, view, expected
 
-    health, view, expected = wait_until(settled, timeout_s=30)
-    assert view == expected, f"broker {broker.node_id} at version {seen[-1]}"
+    version, health, view, expected = wait_until(settled, timeout_s=30)
+    assert view == expected, f"broker {broker.node_id} at version {version}"
     return health
 
 
