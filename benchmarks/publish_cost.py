@@ -19,7 +19,9 @@ replication round with two followers as the difference between its two points.
 
 Prints one JSON object: ``{"points": [{"shape", "connections", "messages_per_s", "answered",
 "stored" (the topic's high watermarks summed: the warm-up's messages and the measured ones),
-"cpu_us_per_message", "cpu_cores", "latency_p50_ms", "latency_p99_ms", "errors"}, ...]}``.
+"cpu_us_per_message" (= "user_us_per_message" + "system_us_per_message", to rounding),
+"cpu_cores", "reads_per_message", "writes_per_message" (all nodes together), "latency_p50_ms",
+"latency_p99_ms", "errors"}, ...]}``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import push_http  # noqa: E402
 from flux.cluster.launcher import NodeProcess, running_local_cluster  # noqa: E402
-from scaling import _cpu_seconds  # noqa: E402
+from scaling import CLOCK_TICKS  # noqa: E402
 
 PARTITIONS = 3
 WARM_UP_S = 2
@@ -65,6 +67,18 @@ def _stored(node: NodeProcess, topic: str) -> int:
     )
 
 
+def _usage(node: NodeProcess) -> tuple[float, float, int, int]:
+    """The node's user and system CPU seconds and its ``read``/``write`` system calls so far."""
+    fields = Path(f"/proc/{node.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    io = dict(line.split(":", 1) for line in Path(f"/proc/{node.pid}/io").read_text().splitlines())
+    return (
+        int(fields[11]) / CLOCK_TICKS,
+        int(fields[12]) / CLOCK_TICKS,
+        int(io["syscr"]),
+        int(io["syscw"]),
+    )
+
+
 def _point(
     nodes: list[NodeProcess], shape: str, rf: int, connections: int, seconds: float, index: int
 ) -> dict[str, Any]:
@@ -76,18 +90,27 @@ def _point(
         {"name": topic, "partitions": PARTITIONS, "replication_factor": rf},
     )
     push_http._wrk_publish(nodes, WARM_UP_S, connections, topic=topic, tag="w")
-    before = [_cpu_seconds(node.pid) for node in nodes]
+    before = [_usage(node) for node in nodes]
     run = push_http._wrk_publish(nodes, seconds, connections, topic=topic, tag="m")
-    cpu = sum(_cpu_seconds(node.pid) for node in nodes) - sum(before)
+    after = [_usage(node) for node in nodes]
+    user, system, reads, writes = (
+        sum(a[i] - b[i] for a, b in zip(after, before, strict=True)) for i in range(4)
+    )
+    cpu = user + system
     answered = run["answered_2xx"]
+    per_message = max(answered, 1)
     return {
         "shape": shape,
         "connections": connections,
         "messages_per_s": run["single_messages_per_s"],
         "answered": answered,
         "stored": _stored(nodes[0], topic),
-        "cpu_us_per_message": round(cpu / max(answered, 1) * 1e6),
+        "cpu_us_per_message": round(cpu / per_message * 1e6),
+        "user_us_per_message": round(user / per_message * 1e6),
+        "system_us_per_message": round(system / per_message * 1e6),
         "cpu_cores": round(cpu / seconds, 2),
+        "reads_per_message": round(reads / per_message, 2),
+        "writes_per_message": round(writes / per_message, 2),
         "latency_p50_ms": statistics.median(run["latency_p50_ms_per_broker"]),
         "latency_p99_ms": max(run["latency_p99_ms_per_broker"]),
         "errors": run["status_errors"] + run["socket_errors"],

@@ -49,6 +49,10 @@ def test_publish_cost_benchmark_prints_json() -> None:
     # Every answered message is stored (the high watermarks count the warm-up's too).
     assert point["stored"] >= point["answered"] > 0
     assert point["cpu_us_per_message"] > 0
+    split = point["user_us_per_message"] + point["system_us_per_message"]
+    assert abs(split - point["cpu_us_per_message"]) <= 1
+    # Each answered request is at least one socket read (its request) and one write (its answer).
+    assert point["reads_per_message"] >= 1 and point["writes_per_message"] >= 1
 
 
 def test_http_floor_benchmark_prints_json() -> None:
