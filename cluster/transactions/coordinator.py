@@ -73,6 +73,16 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+#: Errors of a ``__transaction_state`` write that leave this broker its coordinator.
+_RETRIABLE_WRITE_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
+)
+
+
 class _Refused(Exception):
     def __init__(self, error: ErrorCode) -> None:
         super().__init__(error.name)
@@ -226,6 +236,10 @@ class TransactionCoordinator:
             code = await asyncio.wait_for(waiter, WRITE_TIMEOUT_S)
         except TimeoutError:
             raise _Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+        if code in _RETRIABLE_WRITE_ERRORS:
+            # Still the leader, but the ISR is short of min.insync.replicas (or slow): as in
+            # Kafka, the coordinator is briefly unavailable, not moved.
+            raise _Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if code != ErrorCode.NONE:
             raise _Refused(ErrorCode.NOT_COORDINATOR)
         self._txns[metadata.transactional_id] = metadata
@@ -405,19 +419,35 @@ class TransactionCoordinator:
         return task
 
     async def _complete(self, metadata: TxnMetadata) -> None:
+        """Markers, then ``Complete*``. Writing ``Complete*`` is retried while this broker still
+        coordinates the id and the write is only refused for now (the ISR short of its
+        minimum, as right after a failover): given up, the transaction would stay prepared,
+        and every later request of its id answered ``CONCURRENT_TRANSACTIONS``, for good."""
         transactional_id = metadata.transactional_id
         commit = metadata.state is TxnState.PREPARE_COMMIT
+        state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        delay_s = MARKER_RETRY_MIN_S
         try:
             await self._write_markers(metadata, commit)
-            async with self._lock(transactional_id):
-                current = self._txns.get(transactional_id)
-                if current != metadata:
-                    return  # no longer ours, or changed meanwhile (cannot while preparing)
-                partition, _epoch = self._owner(transactional_id)
-                state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-                await self._persist(
-                    partition, metadata.moved(state, partitions=(), update_ms=_now_ms())
+            while True:
+                async with self._lock(transactional_id):
+                    current = self._txns.get(transactional_id)
+                    if current != metadata:
+                        return  # no longer ours, or changed meanwhile (cannot while preparing)
+                    partition, _epoch = self._owner(transactional_id)
+                    try:
+                        await self._persist(
+                            partition, metadata.moved(state, partitions=(), update_ms=_now_ms())
+                        )
+                        return
+                    except _Refused as refused:
+                        if refused.error != ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                            raise
+                log.info(
+                    "transaction %s: writing %s failed for now; retrying", transactional_id, state
                 )
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, MARKER_RETRY_MAX_S)
         except _Refused as refused:
             # This broker stopped coordinating the id: the next coordinator finishes it.
             log.info("transaction %s not completed here: %s", transactional_id, refused.error)
