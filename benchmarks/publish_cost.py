@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import push_http  # noqa: E402
 from flux.cluster.launcher import NodeProcess, running_local_cluster  # noqa: E402
-from scaling import CLOCK_TICKS  # noqa: E402
+from scaling import _cpu_times  # noqa: E402
 
 PARTITIONS = 3
 WARM_UP_S = 2
@@ -69,14 +69,8 @@ def _stored(node: NodeProcess, topic: str) -> int:
 
 def _usage(node: NodeProcess) -> tuple[float, float, int, int]:
     """The node's user and system CPU seconds and its ``read``/``write`` system calls so far."""
-    fields = Path(f"/proc/{node.pid}/stat").read_text().rsplit(")", 1)[1].split()
     io = dict(line.split(":", 1) for line in Path(f"/proc/{node.pid}/io").read_text().splitlines())
-    return (
-        int(fields[11]) / CLOCK_TICKS,
-        int(fields[12]) / CLOCK_TICKS,
-        int(io["syscr"]),
-        int(io["syscw"]),
-    )
+    return (*_cpu_times(node.pid), int(io["syscr"]), int(io["syscw"]))
 
 
 def _point(

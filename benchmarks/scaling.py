@@ -208,9 +208,14 @@ def _pids(nodes: list[NodeProcess]) -> list[int]:
     return [node.pid for node in nodes if node.pid is not None]
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_times(pid: int) -> tuple[float, float]:
+    """The process's user and system CPU seconds so far (utime, stime)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+
+
+def _cpu_seconds(pid: int) -> float:
+    return sum(_cpu_times(pid))
 
 
 def _rss_mb(pid: int) -> float:
