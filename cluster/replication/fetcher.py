@@ -209,6 +209,9 @@ class _LeaderLink:
         self.wanted: dict[TopicPartition, Partition] = {}
         self._regrouped = True
         self._changed = asyncio.Event()
+        # The running session's wait (for an answer, a change or a deadline): one plain
+        # future resolved by ``_wake``, not a task per receive and ``asyncio.wait`` per round.
+        self._waiter: asyncio.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -218,6 +221,12 @@ class _LeaderLink:
         self.wanted = wanted
         self._regrouped = True
         self._changed.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def _run(self) -> None:
         backoff = ERROR_BACKOFF_S
@@ -274,15 +283,19 @@ class _LeaderLink:
         self, socket: aiohttp.ClientWebSocketResponse, address: tuple[str, int]
     ) -> bool:
         """Run the session until the leader moves or has nothing for us; raises on a broken
-        connection. True once at least one answer arrived."""
+        connection. True once at least one answer arrived.
+
+        A reader task (one per connection) queues what arrives on ``inbox`` and wakes this
+        loop, which otherwise sleeps on one future that an image change (``follow``) or the
+        oldest request's deadline also ends."""
         loop = asyncio.get_running_loop()
         sent: dict[TopicPartition, Position] = {}
         pending: set[TopicPartition] = set()
         forgotten: list[TopicPartition] = []
         retry_at: dict[TopicPartition, float] = {}
         in_flight: deque[float] = deque()  # deadlines of the requests awaiting answers
-        receive: asyncio.Future[aiohttp.WSMessage] | None = None
-        changed: asyncio.Future[bool] | None = None
+        inbox: deque[aiohttp.WSMessage] = deque()
+        reader = asyncio.create_task(self._read(socket, inbox))
         answered = False
         self._regrouped = True
         try:
@@ -315,24 +328,22 @@ class _LeaderLink:
                     forgotten = []
                     await socket.send_bytes(encode_fetch_request(request))
                     in_flight.append(now + max_wait_ms / 1000 + FETCH_TIMEOUT_MARGIN_S)
-                if receive is None:
-                    receive = asyncio.ensure_future(socket.receive())
-                if changed is None:
-                    changed = asyncio.ensure_future(self._changed.wait())
-                done, _ = await asyncio.wait(
-                    (receive, changed),
-                    timeout=max(in_flight[0] - loop.time(), 0),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if changed in done:
-                    changed = None
-                    self._changed.clear()
-                if receive not in done:
-                    if not done:
+                if not inbox:
+                    if reader.done():
+                        reader.result()  # raises what ended the reader
+                        raise _LeaderClosedError("the leader's session ended")
+                    timeout = in_flight[0] - loop.time()
+                    if timeout <= 0:
                         raise TimeoutError(f"broker {self.leader} did not answer a fetch")
+                    waiter = self._waiter = loop.create_future()
+                    timer = loop.call_later(timeout, self._wake)
+                    try:
+                        await waiter
+                    finally:
+                        self._waiter = None
+                        timer.cancel()
                     continue
-                message = receive.result()
-                receive = None
+                message = inbox.popleft()
                 if message.type is not aiohttp.WSMsgType.BINARY:
                     raise _LeaderClosedError(f"leader closed the session ({message.type.name})")
                 in_flight.popleft()
@@ -340,9 +351,22 @@ class _LeaderLink:
                 self._apply(decode_fetch_response(message.data), sent, pending, retry_at)
             return answered
         finally:
-            for future in (receive, changed):
-                if future is not None:
-                    future.cancel()
+            reader.cancel()
+
+    async def _read(
+        self, socket: aiohttp.ClientWebSocketResponse, inbox: deque[aiohttp.WSMessage]
+    ) -> None:
+        """Queue every message of ``socket`` on ``inbox`` until one that is not an answer;
+        wakes the session for each, and when it ends (with an error too)."""
+        try:
+            while True:
+                message = await socket.receive()
+                inbox.append(message)
+                self._wake()
+                if message.type is not aiohttp.WSMsgType.BINARY:
+                    return
+        finally:
+            self._wake()
 
     def _regroup(
         self,
