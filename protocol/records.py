@@ -63,10 +63,12 @@ __all__ = [
     "TimestampType",
     "RecordFields",
     "build_batch",
+    "decode_record_data",
     "decode_record_fields",
     "decode_records",
     "filter_batch",
     "iter_batches",
+    "record_bytes",
     "record_keys",
     "parse_batch_header",
     "reseal_crc",
@@ -358,15 +360,16 @@ def decode_record_fields(
 ) -> list[RecordFields]:
     """``decode_records`` as plain ``(offset, timestamp, key, value, headers)`` tuples, for
     readers that build their own record objects (a tuple costs far less than a ``Record``)."""
-    header = validate_batch(batch) if verify_crc else _parse_exact(batch)
+    header, data = record_bytes(
+        batch, verify_crc=verify_crc, max_decompressed_bytes=max_decompressed_bytes
+    )
+    return decode_record_data(header, data)
+
+
+def decode_record_data(header: BatchHeader, data: bytes) -> list[RecordFields]:
+    """``decode_record_fields`` of a batch already split by ``record_bytes``."""
     if header.records_count < 0:
         raise CorruptRecordError(f"negative record count {header.records_count}")
-    payload = memoryview(batch)[BATCH_HEADER_SIZE:]
-    data = (
-        bytes(payload)
-        if header.compression is Compression.NONE
-        else decompress(header.compression, payload, max_output_bytes=max_decompressed_bytes)
-    )
     log_append_time = header.timestamp_type is TimestampType.LOG_APPEND_TIME
     try:
         return _decode_record_list(
@@ -378,6 +381,21 @@ def decode_record_fields(
         )
     except (IndexError, ValueError) as exc:  # reads past the end; bad UTF-8 in a header key
         raise CorruptRecordError(f"malformed record: {exc}") from exc
+
+
+def record_bytes(
+    batch: Buffer,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BATCH_BYTES,
+) -> tuple[BatchHeader, bytes]:
+    """The header of one batch (``batch`` holds exactly it) and its records' bytes,
+    decompressed. The CRC is checked unless ``verify_crc`` is false."""
+    header = validate_batch(batch) if verify_crc else _parse_exact(batch)
+    payload = memoryview(batch)[BATCH_HEADER_SIZE:]
+    if header.compression is Compression.NONE:
+        return header, bytes(payload)
+    return header, decompress(header.compression, payload, max_output_bytes=max_decompressed_bytes)
 
 
 def _read_varint(buf: bytes, pos: int, max_shift: int) -> tuple[int, int]:
