@@ -546,7 +546,7 @@ class GroupCoordinator:
             code = await asyncio.wait_for(future, WRITE_TIMEOUT_S)
         except TimeoutError:
             return ErrorCode.REQUEST_TIMED_OUT
-        return ErrorCode.NONE if code == ErrorCode.NONE else ErrorCode.NOT_COORDINATOR
+        return _persist_error(code) if code != ErrorCode.NONE else ErrorCode.NONE
 
     async def _park(
         self, group_id: str, effects_for: Callable[[Hashable], list[Effect]]
@@ -975,10 +975,16 @@ def _batches(records: RecordsIn) -> Iterator[Records]:
 
 
 def _persist_error(error: ErrorCode) -> ErrorCode:
-    """The error a group member sees when its group's metadata could not be written (Kafka's
-    mapping: a slow or short ISR means the coordinator is not available, a lost leadership
-    that it is not the coordinator)."""
-    if error in (ErrorCode.NOT_COORDINATOR, ErrorCode.NOT_LEADER_OR_FOLLOWER):
+    """The error a group member sees when a write to its offsets partition failed, as Kafka's
+    group coordinator maps the append's error (and as the transaction coordinator does here):
+    a slow or short ISR means the coordinator is not available for now, a lost leadership or a
+    failed log directory (the partition moves to another broker) that it is not the
+    coordinator."""
+    if error in (
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    ):
         return ErrorCode.NOT_COORDINATOR
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
 

@@ -86,3 +86,25 @@ def test_a_persist_that_succeeds_releases_the_answers_unchanged() -> None:
         assert await asyncio.wait_for(waiter, 1) is answer
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("code", "answered"),
+    [
+        (ErrorCode.NONE, ErrorCode.NONE),
+        # The ISR fell short of min.insync.replicas: still the coordinator, not available now.
+        (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        # Leadership or the log directory lost: the partition moves, so does the coordinator.
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_COORDINATOR),
+        (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_COORDINATOR),
+    ],
+)
+def test_a_replicated_write_answers_as_kafkas_group_coordinator_does(
+    code: ErrorCode, answered: ErrorCode
+) -> None:
+    async def run() -> ErrorCode:
+        future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        future.set_result(code)
+        return await GroupCoordinator._await_write(future)
+
+    assert asyncio.run(run()) == answered
