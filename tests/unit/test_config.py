@@ -5,9 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from flux.cluster.config import ConfigError, load_config, parse_config
+from flux.cluster.config import ConfigError, NodeConfig, load_config, parse_config
 
 SECRET = {"controller": {"secret": "s3cret"}}
+
+
+def node_config(node_id: int, data_dir: Path) -> NodeConfig:
+    """A node's configuration with defaults, its id and data directory (for unit tests that
+    build a broker's parts without a process)."""
+    return parse_config({"node": {"id": node_id, "data_dir": str(data_dir)}, **SECRET}, environ={})
 
 
 def test_defaults_fill_every_section() -> None:

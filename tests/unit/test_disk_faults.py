@@ -27,7 +27,7 @@ from typing import Any
 
 import lmdb
 import pytest
-from flux.cluster.config import parse_config
+from flux.cluster.config import NodeConfig
 from flux.cluster.replication.errors import error_code_for, is_disk_error
 from flux.cluster.replication.replica_manager import ReplicaManager
 from flux.controller.image import MetadataImage
@@ -47,7 +47,7 @@ from flux.storage import (
 )
 
 from tests.unit.storage_batches import build_batch as storage_batch
-from tests.unit.test_config import SECRET
+from tests.unit.test_config import node_config
 
 BROKER = 1
 
@@ -249,8 +249,8 @@ def test_a_checkpoint_commit_the_disk_refuses_fails_the_store(tmp_path: Path) ->
 # -- the broker: the whole log directory goes offline ---------------------------------------------
 
 
-def _config(data_dir: Path):  # noqa: ANN202 - NodeConfig
-    return parse_config({"node": {"id": BROKER, "data_dir": str(data_dir)}, **SECRET}, environ={})
+def _config(data_dir: Path) -> NodeConfig:
+    return node_config(BROKER, data_dir)
 
 
 def _image() -> MetadataImage:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from flux.cluster.config import parse_config
 from flux.cluster.replication import fetcher as fetcher_module
 from flux.cluster.replication.fetcher import ReplicaFetcherManager
 from flux.cluster.replication.replica_manager import ReplicaManager
@@ -30,7 +29,7 @@ from flux.controller.records import CreateTopic, PartitionSpec, RegisterBroker, 
 from flux.protocol.errors import ErrorCode
 from flux.protocol.records import build_batch
 
-from tests.unit.test_config import SECRET
+from tests.unit.test_config import node_config
 
 BROKER, LEADER = 1, 2
 ADDRESS = ("127.0.0.1", 18082)
@@ -87,7 +86,7 @@ def _named(request: FetchRequest) -> list[tuple[str, int, int]]:
 
 
 async def _started(tmp_path: Path, *topics: str):  # noqa: ANN202 - (manager, fetchers, link)
-    config = parse_config({"node": {"id": BROKER, "data_dir": str(tmp_path)}, **SECRET}, environ={})
+    config = node_config(BROKER, tmp_path)
     manager = ReplicaManager(config)
     fetchers = ReplicaFetcherManager(manager, broker_id=BROKER, incarnation_id="inc-1")
     manager.apply_image(_image(1, *topics))

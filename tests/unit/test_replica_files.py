@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from flux.cluster.config import parse_config
+from flux.cluster.config import NodeConfig
 from flux.cluster.replication import replica_manager as replica_manager_module
 from flux.cluster.replication.replica_manager import PREPARE_OFF_LOOP_MIN, ReplicaManager
 from flux.controller.image import MetadataImage
@@ -23,14 +23,14 @@ from flux.controller.records import CreateTopic, DeleteTopic, PartitionSpec
 from flux.protocol.records import build_batch
 from flux.storage import CheckpointStore
 
-from tests.unit.test_config import SECRET
+from tests.unit.test_config import node_config
 
 BROKER = 2
 TOPIC_ID = "topic-id-1"
 
 
-def _config(data_dir: Path):  # noqa: ANN202 - NodeConfig
-    return parse_config({"node": {"id": BROKER, "data_dir": str(data_dir)}, **SECRET}, environ={})
+def _config(data_dir: Path) -> NodeConfig:
+    return node_config(BROKER, data_dir)
 
 
 def _topic_image(partitions: int, leader: int = 1) -> MetadataImage:
