@@ -9,11 +9,17 @@ work behind them, on this machine.
   the frames a broker forwards a publish in) to a server process whose produce answers at
   once; ``--link-calls`` calls from ``--link-concurrency`` concurrent callers: the CPU per
   round trip of each end.
+- ``websocket`` and ``tcp``: the transport alone, one frame pair at a time (an 80-byte request,
+  a 300-byte answer: the sizes of a follower's fetch request and a one-message answer), over a
+  bare aiohttp WebSocket and over a bare asyncio protocol with 4-byte length prefixes, both
+  ends on uvloop as the nodes run (``--pingpong-calls`` round trips each, to a server process
+  of their own): the CPU per round trip of each end, what a replication round with one
+  follower costs before any Flux work.
 
 Prints one JSON object.
 
     python benchmarks/http_floor.py [--connections 16] [--seconds 5] [--link-calls 20000]
-        [--link-concurrency 4]
+        [--link-concurrency 4] [--pingpong-calls 20000]
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp import web
@@ -70,6 +76,108 @@ def _serve(port: int) -> None:
     app.router.add_post("/publish", _publish)
     app.router.add_get(LINK_PATH, _link)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+_PING = b"r" * 80
+_PONG = b"a" * 300
+
+
+async def _pingpong_websocket(request: web.Request) -> web.StreamResponse:
+    socket = web.WebSocketResponse(compress=False)
+    await socket.prepare(request)
+    async for _ in socket:
+        await socket.send_bytes(_PONG)
+    return socket
+
+
+class _PingPongServer(asyncio.Protocol):
+    """Answers each length-prefixed frame with ``_PONG``, length-prefixed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while len(self._buffer) >= 4:
+            size = int.from_bytes(self._buffer[:4], "big")
+            if len(self._buffer) < 4 + size:
+                return
+            del self._buffer[: 4 + size]
+            self._transport.write(len(_PONG).to_bytes(4, "big") + _PONG)
+
+
+def _serve_pingpong(port: int, tcp_port: int) -> None:
+    import uvloop
+
+    async def run() -> None:
+        app = web.Application()
+        app.router.add_get("/pingpong", _pingpong_websocket)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await asyncio.get_running_loop().create_server(_PingPongServer, "127.0.0.1", tcp_port)
+        await asyncio.Event().wait()
+
+    uvloop.run(run())
+
+
+class _PingPongClient(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[bytes] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= 4:
+            size = int.from_bytes(self.buffer[:4], "big")
+            if len(self.buffer) < 4 + size:
+                return
+            frame = bytes(self.buffer[4 : 4 + size])
+            del self.buffer[: 4 + size]
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(frame)
+
+
+async def _pingpong(kind: str, port: int, calls: int, server_pid: int) -> dict[str, Any]:
+    """``calls`` frame pairs, one at a time, over a bare WebSocket or TCP connection."""
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession() as session:
+        if kind == "websocket":
+            socket = await session.ws_connect(f"http://127.0.0.1:{port}/pingpong", compress=0)
+
+            async def one() -> None:
+                await socket.send_bytes(_PING)
+                answer = await socket.receive()
+                assert answer.data == _PONG
+
+        else:
+            _, protocol = await loop.create_connection(_PingPongClient, "127.0.0.1", port)
+
+            async def one() -> None:
+                protocol.waiter = loop.create_future()
+                protocol.transport.write(len(_PING).to_bytes(4, "big") + _PING)
+                assert await protocol.waiter == _PONG
+
+        for _ in range(200):  # warm-up
+            await one()
+        server_before = _cpu_seconds(server_pid)
+        cpu_before = time.process_time()
+        started = time.perf_counter()
+        for _ in range(calls):
+            await one()
+        elapsed = time.perf_counter() - started
+        caller_cpu = time.process_time() - cpu_before
+        server_cpu = _cpu_seconds(server_pid) - server_before
+    return {
+        "round_trips": calls,
+        "round_trips_per_s": round(calls / elapsed),
+        "caller_cpu_us_per_round_trip": round(caller_cpu / calls * 1e6, 1),
+        "server_cpu_us_per_round_trip": round(server_cpu / calls * 1e6, 1),
+    }
 
 
 # -- the measurements ---------------------------------------------------------------------------
@@ -188,11 +296,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--link-calls", type=int, default=20000)
     parser.add_argument("--link-concurrency", type=int, default=4)
+    parser.add_argument("--pingpong-calls", type=int, default=20000)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-pingpong", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         _serve(args.serve)
         return
+    if args.serve_pingpong:
+        _serve_pingpong(*args.serve_pingpong)
+        return
+    import uvloop
+
     port = free_port()
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
     try:
@@ -203,6 +318,18 @@ def main() -> None:
                 _link_round_trips(port, args.link_calls, args.link_concurrency, server.pid)
             ),
         }
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    ws_port, tcp_port = free_port(), free_port()
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve-pingpong", str(ws_port), str(tcp_port)]
+    )
+    try:
+        _wait_listening(ws_port, server)
+        _wait_listening(tcp_port, server)
+        for kind, kind_port in (("websocket", ws_port), ("tcp", tcp_port)):
+            figures[kind] = uvloop.run(_pingpong(kind, kind_port, args.pingpong_calls, server.pid))
     finally:
         server.terminate()
         server.wait(timeout=10)
