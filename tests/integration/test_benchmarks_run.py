@@ -56,10 +56,15 @@ def test_publish_cost_benchmark_prints_json() -> None:
 
 
 def test_http_floor_benchmark_prints_json() -> None:
-    figures = _run("http_floor.py", "--seconds", "1", "--link-calls", "200")
+    figures = _run(
+        "http_floor.py", "--seconds", "1", "--link-calls", "200", "--pingpong-calls", "300"
+    )
     assert figures["aiohttp"]["requests_per_s"] > 0 and figures["aiohttp"]["non_2xx"] == 0
     assert figures["forward_link"]["calls"] == 200
     assert figures["forward_link"]["round_trips_per_s"] > 0
+    for kind in ("websocket", "tcp"):
+        assert figures[kind]["round_trips"] == 300 and figures[kind]["round_trips_per_s"] > 0
+        assert figures[kind]["caller_cpu_us_per_round_trip"] > 0
 
 
 def test_failover_benchmark_prints_json() -> None:
