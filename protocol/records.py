@@ -62,12 +62,15 @@ __all__ = [
     "RecordSpec",
     "TimestampType",
     "RecordFields",
+    "VARINT_MAX_SHIFT",
+    "VARLONG_MAX_SHIFT",
     "build_batch",
     "decode_record_data",
     "decode_record_fields",
     "decode_records",
     "filter_batch",
     "iter_batches",
+    "read_varint",
     "record_bytes",
     "record_keys",
     "parse_batch_header",
@@ -98,8 +101,8 @@ _TRANSACTIONAL_MASK: Final = 0x10
 _CONTROL_MASK: Final = 0x20
 
 # Kafka reads at most 5 bytes for a varint (int32) and 10 for a varlong (int64).
-_VARINT_MAX_SHIFT: Final = 28
-_VARLONG_MAX_SHIFT: Final = 63
+VARINT_MAX_SHIFT: Final = 28
+VARLONG_MAX_SHIFT: Final = 63
 
 #: ``Compression`` by codec number (its values are 0..4).
 _CODECS: Final = tuple(sorted(Compression, key=int))
@@ -398,7 +401,7 @@ def record_bytes(
     return header, decompress(header.compression, payload, max_output_bytes=max_decompressed_bytes)
 
 
-def _read_varint(buf: bytes, pos: int, max_shift: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int, max_shift: int) -> tuple[int, int]:
     """Read one zigzag varint at ``pos``; return ``(value, next position)``."""
     byte = buf[pos]
     if byte < 0x80:
@@ -425,11 +428,11 @@ def _decode_record_list(
     fixed_timestamp: int | None,
 ) -> list[RecordFields]:
     # One loop with the varint reads written out: one- and two-byte varints (nearly all
-    # lengths, deltas and counts) are read inline, longer ones by ``_read_varint``. This is
+    # lengths, deltas and counts) are read inline, longer ones by ``read_varint``. This is
     # the consumer's hot loop; a function call per field would double its cost.
-    read = _read_varint
-    varint = _VARINT_MAX_SHIFT
-    varlong = _VARLONG_MAX_SHIFT
+    read = read_varint
+    varint = VARINT_MAX_SHIFT
+    varlong = VARLONG_MAX_SHIFT
     end = len(data)
     pos = 0
     records: list[RecordFields] = []
@@ -524,7 +527,7 @@ def _decode_record_list(
 def _read_headers(
     data: bytes, pos: int, record_end: int, index: int
 ) -> tuple[tuple[Header, ...], int]:
-    header_count, pos = _read_varint(data, pos, _VARINT_MAX_SHIFT)
+    header_count, pos = read_varint(data, pos, VARINT_MAX_SHIFT)
     if header_count < 0:
         raise CorruptRecordError(f"record {index} has a negative header count")
     headers: list[Header] = []
@@ -538,7 +541,7 @@ def _read_headers(
 
 
 def _read_bytes(data: bytes, pos: int, limit: int, what: str) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(data, pos, _VARINT_MAX_SHIFT)
+    length, pos = read_varint(data, pos, VARINT_MAX_SHIFT)
     if length < 0:
         if length == -1:
             return None, pos
@@ -570,7 +573,7 @@ def record_keys(batch: Buffer) -> tuple[BatchHeader, bytes, list[KeyedRecord]]:
     )
     # The varints written out for their one-byte form (nearly every length and delta), as in
     # ``_decode_record_list``: this is the log cleaner's inner loop.
-    read = _read_varint
+    read = read_varint
     records: list[KeyedRecord] = []
     append = records.append
     pos = 0
@@ -588,7 +591,7 @@ def record_keys(batch: Buffer) -> tuple[BatchHeader, bytes, list[KeyedRecord]]:
                 length = (raw >> 1) ^ -(raw & 1)
                 pos += 2
             else:
-                length, pos = read(data, pos, _VARINT_MAX_SHIFT)
+                length, pos = read(data, pos, VARINT_MAX_SHIFT)
             record_end = pos + length
             if length < 0 or record_end > end:
                 raise CorruptRecordError(
@@ -598,7 +601,7 @@ def record_keys(batch: Buffer) -> tuple[BatchHeader, bytes, list[KeyedRecord]]:
             if data[pos] < 0x80:  # timestampDelta
                 pos += 1
             else:
-                _, pos = read(data, pos, _VARLONG_MAX_SHIFT)
+                _, pos = read(data, pos, VARLONG_MAX_SHIFT)
             byte = data[pos]
             if byte < 0x80:
                 offset_delta = (byte >> 1) ^ -(byte & 1)
@@ -608,7 +611,7 @@ def record_keys(batch: Buffer) -> tuple[BatchHeader, bytes, list[KeyedRecord]]:
                 offset_delta = (raw >> 1) ^ -(raw & 1)
                 pos += 2
             else:
-                offset_delta, pos = read(data, pos, _VARINT_MAX_SHIFT)
+                offset_delta, pos = read(data, pos, VARINT_MAX_SHIFT)
             byte = data[pos]
             if byte == 1:  # zigzag -1: no key
                 key = None
@@ -618,7 +621,7 @@ def record_keys(batch: Buffer) -> tuple[BatchHeader, bytes, list[KeyedRecord]]:
                     key_length = byte >> 1 if not byte & 1 else -1
                     pos += 1
                 else:
-                    key_length, pos = read(data, pos, _VARINT_MAX_SHIFT)
+                    key_length, pos = read(data, pos, VARINT_MAX_SHIFT)
                 if key_length < 0 or pos + key_length > record_end:
                     raise CorruptRecordError(f"key of record {index} runs past its record")
                 key = data[pos : pos + key_length]

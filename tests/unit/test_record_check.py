@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 from flux.protocol.compression import Compression
 from flux.protocol.errors import CorruptRecordError
-from flux.protocol.record_check import MIN_RUN, check_records, runs_proven_alike
+from flux.protocol.record_check import (
+    MIN_RUN,
+    check_records,
+    records_walk_valid,
+    runs_proven_alike,
+)
 from flux.protocol.records import BATCH_HEADER_SIZE, build_batch, decode_record_fields
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,11 +64,12 @@ def test_records_past_a_one_byte_timestamp_delta_are_proven_by_runs() -> None:
     assert _checked_problem(batch) is None
 
 
-def test_records_with_headers_or_varying_lengths_are_decoded() -> None:
-    with_headers = build_batch([(None, b"v", (("h", b"1"),)) for _ in range(20)])
-    varying = build_batch([(None, b"v" * (i % 5), ()) for i in range(20)])
+def test_records_with_headers_or_varying_lengths_are_walked() -> None:
+    with_headers = build_batch([(None, b"v", (("h", b"1"), ("n", None))) for _ in range(20)])
+    varying = build_batch([(b"k" * (i % 3), b"v" * (i % 5), ()) for i in range(20)])
     for batch in (with_headers, varying):
         assert not runs_proven_alike(batch[BATCH_HEADER_SIZE:], 20)
+        assert records_walk_valid(batch[BATCH_HEADER_SIZE:], 20)
         assert _checked_problem(batch) is None
 
 
@@ -80,28 +86,33 @@ def test_an_offset_delta_out_of_sequence_in_an_alike_run_is_refused() -> None:
     assert _checked_problem(bytes(batch)) == "record 12 has offset delta 13"
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     count=st.integers(min_value=1, max_value=150),
     key_size=st.one_of(st.none(), st.integers(min_value=0, max_value=70)),
     value_size=st.one_of(st.none(), st.integers(min_value=0, max_value=200)),
     varying=st.booleans(),
+    headers=st.lists(
+        st.tuples(st.sampled_from(["h", "flux-msg-id", "é"]), st.one_of(st.none(), st.binary())),
+        max_size=2,
+    ),
     flips=st.lists(
         st.tuples(st.integers(min_value=0, max_value=1 << 20), st.integers(0, 255)), max_size=3
     ),
 )
-def test_the_column_check_agrees_with_decoding(
+def test_the_fast_checks_agree_with_decoding(
     count: int,
     key_size: int | None,
     value_size: int | None,
     varying: bool,
+    headers: list[tuple[str, bytes | None]],
     flips: list[tuple[int, int]],
 ) -> None:
     records = []
     for i in range(count):
         key = None if key_size is None else b"k" * key_size
         value = None if value_size is None else b"v" * (value_size + (i % 3 if varying else 0))
-        records.append((key, value, ()))
+        records.append((key, value, tuple(headers) if i % 2 else ()))
     batch = bytearray(build_batch(records, base_timestamp_ms=5_000))
     body = len(batch) - BATCH_HEADER_SIZE
     for where, byte in flips:
@@ -109,5 +120,10 @@ def test_the_column_check_agrees_with_decoding(
     data = bytes(batch)
     expected = _decoded_problem(data)
     assert _checked_problem(data) == expected
+    # Neither fast path ever accepts what decoding refuses.
     if runs_proven_alike(data[BATCH_HEADER_SIZE:], count):
-        assert expected is None  # the fast path never accepts what decoding refuses
+        assert expected is None
+    if records_walk_valid(data[BATCH_HEADER_SIZE:], count):
+        assert expected is None
+    elif not flips:
+        pytest.fail("the walk refused a batch as built")
