@@ -19,9 +19,13 @@ what a Python loop would check record by record:
   64, two bytes up to 8,192).
 
 The first record of a run is parsed field by field to find its layout; the run then extends as
-far as the columns agree. Whatever the check cannot prove (headers, a long varint, records of
-varying length, a run shorter than ``MIN_RUN`` records) is decoded record by record instead,
-with the same errors as before: the fast path only ever says "valid", never "invalid".
+far as the columns agree. What the columns cannot prove (headers, a long varint, records of
+varying length, a run shorter than ``MIN_RUN`` records) is walked record by record with the
+decoder's checks but without building keys, values or records (``records_walk_valid``: about
+three quarters of the decoder's instructions). Both fast paths only ever say "valid", never
+"invalid": a batch they do not accept is decoded, and the decoder's error is the answer, as
+before. Instructions per 100-record batch (callgrind): alike records 0.16M against 1.16M
+decoded, varying lengths 1.12M against 1.52M, a header on each record 1.98M against 2.42M.
 """
 
 from __future__ import annotations
