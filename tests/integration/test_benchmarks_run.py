@@ -67,6 +67,12 @@ def test_http_floor_benchmark_prints_json() -> None:
         assert figures[kind]["caller_cpu_us_per_round_trip"] > 0
 
 
+def test_record_check_benchmark_prints_json() -> None:
+    figures = _run("record_check.py", "--number", "20")
+    assert set(figures) == {"alike", "varying", "header", "single"}
+    assert all(shape["us_per_batch"] > 0 for shape in figures.values())
+
+
 def test_failover_benchmark_prints_json() -> None:
     figures = _run("failover.py", "--rounds", "1", "--steady-seconds", "4")
     assert len(figures["broker_kill_to_new_leaders"]["runs_s"]) == 1
