@@ -267,8 +267,9 @@ def _invalid_records(records: bytes | memoryview) -> tuple[ErrorCode, str] | Non
     for), offset deltas out of sequence, and control batches, which only the broker writes.
 
     Malformed framing is left to the storage's validation, which names the problem. Records
-    are checked by ``check_records``: runs of alike records by columns, others by decoding them
-    (about 2 us per record): the price of never storing what consumers cannot read."""
+    are checked by ``check_records``: runs of alike records by columns, others by a walk over
+    their fields (about 1.5 us per record), a batch they refuse decoded for the error's words:
+    the price of never storing what consumers cannot read."""
     try:
         batches = list(iter_batches(records, allow_partial_tail=False))
     except CorruptRecordError:
