@@ -46,14 +46,14 @@ from flux.protocol.records import (
 __all__ = ["MIN_RUN", "check_records", "records_walk_valid", "runs_proven_alike"]
 
 #: A run that ends, its records disagreeing, before this many records sends the batch to the
-#: full decode, so a batch of varying records costs at most a few column checks more than
-#: decoding it; batches of fewer records are decoded at once (cheaper than finding a layout).
+#: walk, so a batch of varying records costs at most a few column checks more than walking it;
+#: batches of fewer records are walked at once (cheaper than finding a layout).
 MIN_RUN: Final = 8
 
 #: Offset deltas 0..63 as one-byte zigzag varints (2 * index).
 _DELTA_1: Final = bytes(range(0, 128, 2))
 #: Offset deltas 64..8191 as two-byte zigzag varints: their low and high bytes.
-_DELTA_2_FIRST = 64
+_DELTA_2_FIRST: Final = 64
 _DELTA_2_END: Final = 8192
 _DELTA_2_LOW: Final = bytes(((2 * i) & 0x7F) | 0x80 for i in range(_DELTA_2_FIRST, _DELTA_2_END))
 _DELTA_2_HIGH: Final = bytes((2 * i) >> 7 for i in range(_DELTA_2_FIRST, _DELTA_2_END))
@@ -82,7 +82,7 @@ def check_records(batch: Buffer) -> BatchHeader:
 
 def runs_proven_alike(data: bytes, count: int) -> bool:
     """True when ``data`` is ``count`` valid records in runs of alike records, with offset
-    deltas 0..count-1 (see the module docstring). False proves nothing: decode to find out."""
+    deltas 0..count-1 (see the module docstring). False proves nothing: walk or decode them."""
     end = len(data)
     pos = 0
     index = 0
@@ -113,7 +113,7 @@ def runs_proven_alike(data: bytes, count: int) -> bool:
                 _agree(data[pos + delta_at + 1 : run_end : stride], _DELTA_2_HIGH[expected]),
             )
         if proven < k and proven < MIN_RUN:
-            return False  # records of varying shape: decoding them costs less
+            return False  # records of varying shape: walking them costs less
         pos += proven * stride
         index += proven
     return pos == end
