@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from flux.protocol.errors import CorruptRecordError
 from flux.protocol.records import BatchHeader, Compression, decode_record_fields, iter_batches
@@ -138,13 +138,17 @@ class MessageIdIndex:
         *,
         base_offset: int | None = None,
         ids: list[list[tuple[int, str]]] | None = None,
+        batches: Sequence[tuple[BatchHeader, bytes | memoryview]] | None = None,
     ) -> None:
         """Remember the ids of appended batches. ``base_offset``: where the log placed the
         first batch (a leader's append); None keeps the batches' own offsets (replication).
-        ``ids``: ``message_ids_in`` of each batch, when the caller already decoded them."""
+        ``ids``: ``message_ids_in`` of each batch, when the caller already decoded them.
+        ``batches``: ``iter_batches(records)`` as a list, when the caller already parsed it."""
         offset = base_offset
         end = self.covered_end
-        for position, (header, raw) in enumerate(iter_batches(records, allow_partial_tail=False)):
+        if batches is None:
+            batches = list(iter_batches(records, allow_partial_tail=False))
+        for position, (header, raw) in enumerate(batches):
             base = header.base_offset if offset is None else offset
             if self.enabled:
                 found = message_ids_in(raw, header) if ids is None else ids[position]

@@ -27,12 +27,12 @@ import logging
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flux.controller.image import PartitionState
 from flux.protocol.control import control_type, end_txn_marker_batch
 from flux.protocol.errors import CorruptRecordError, ErrorCode
-from flux.protocol.records import build_batch, decode_records, iter_batches
+from flux.protocol.records import BatchHeader, build_batch, decode_records, iter_batches
 from flux.storage import AppendResult, LogDirectoryError, MemoryLog, PartitionLog
 from flux.storage.compaction import align_to
 from flux.storage.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
@@ -249,7 +249,8 @@ class Partition:
         up in ``dedup`` and left repeats out, with no await since (the HTTP front door): they
         are neither decoded nor looked up again here."""
         assert self.is_leader, "only a leader appends client batches"
-        headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
+        batches = list(iter_batches(records, allow_partial_tail=False))
+        headers = [header for header, _ in batches]
         if not markers and any(header.is_control for header in headers):
             raise ProducerRejectedError(
                 ErrorCode.INVALID_RECORD, "control batches are written by transaction coordinators"
@@ -268,7 +269,8 @@ class Partition:
                 ids = deduplicated  # nothing dropped: the ids already decoded, per batch
             else:
                 records = deduplicated
-                headers = [h for h, _ in iter_batches(records, allow_partial_tail=False)]
+                batches = list(iter_batches(records, allow_partial_tail=False))
+                headers = [header for header, _ in batches]
         if isinstance(self.log, MemoryLog):
             self._check_memory_room(len(records))
         duplicates = []
@@ -305,9 +307,11 @@ class Partition:
                 log_append_time_ms=-1,
             )
         result = self.log.append(records, leader_epoch=self.leader_epoch)
-        self._record_producers(headers, first_offset=result.base_offset, records=records)
+        self._record_producers(batches, first_offset=result.base_offset)
         if with_ids:
-            self.dedup.observe_batches(records, base_offset=result.base_offset, ids=ids)
+            self.dedup.observe_batches(
+                records, base_offset=result.base_offset, ids=ids, batches=batches
+            )
         else:
             self.dedup.covered_end = self.log_end_offset
         self.maybe_advance_high_watermark()
@@ -427,20 +431,17 @@ class Partition:
         return self.append_as_leader(batch, markers=True)
 
     def _record_producers(
-        self, headers: list[Any], *, first_offset: int | None, records: bytes | memoryview
+        self, batches: list[tuple[BatchHeader, memoryview]], *, first_offset: int | None
     ) -> None:
-        """Remember appended batches in the producer state (``first_offset``: where the log
-        placed the first one on the leader; None keeps the batches' own offsets), and index
-        the transactions their markers abort."""
+        """Remember appended batches (``iter_batches`` of the append) in the producer state
+        (``first_offset``: where the log placed the first one on the leader; None keeps the
+        batches' own offsets), and index the transactions their markers abort."""
         offset = first_offset
-        raws: list[bytes | memoryview] | None = None
-        for position, header in enumerate(headers):
+        for header, raw in batches:
             base = header.base_offset if offset is None else offset
             kind = None
             if header.is_control and header.producer_id >= 0:
-                if raws is None:
-                    raws = [raw for _, raw in iter_batches(records, allow_partial_tail=False)]
-                kind = _control_type_or_none(raws[position])
+                kind = _control_type_or_none(raw)
             completed = self.producers.record_batch_header(
                 header.producer_id,
                 header.producer_epoch,
@@ -698,9 +699,10 @@ class Partition:
                 f"diverged (leader's epoch {answer.diverging_epoch} ends at "
                 f"{answer.diverging_end_offset}): truncated {before} -> {self.log_end_offset}"
             )
-        records = self._past_log_end(answer.records) if answer.records else b""
-        if records:
-            self.append_as_follower(records)
+        if answer.records:
+            records, batches = self._past_log_end(answer.records)
+            if batches:
+                self.append_as_follower(records, batches)
         self.follow_high_watermark(answer.high_watermark)
         if answer.log_start_offset > self.log.log_start_offset:
             start = min(answer.log_start_offset, self.log_end_offset)
@@ -710,29 +712,36 @@ class Partition:
             self.on_change(self)
         return None
 
-    def _past_log_end(self, records: bytes | memoryview) -> bytes:
-        """The batches of a fetch answer from this log's end on. With two fetch requests in
-        flight, the second can name a position the answer to the first has already moved
-        past, and the leader then sends those batches again; Kafka's fetcher drops such a
-        stale answer too. Batches wholly below the log end are what this log already holds
-        from this leader (the leader checked the position's epoch), so they are skipped; a
-        batch across the log end is left for ``append_as_follower`` to refuse."""
+    def _past_log_end(
+        self, records: bytes | memoryview
+    ) -> tuple[bytes, list[tuple[BatchHeader, memoryview]]]:
+        """The batches of a fetch answer from this log's end on, as bytes and as
+        ``iter_batches`` of them. With two fetch requests in flight, the second can name a
+        position the answer to the first has already moved past, and the leader then sends
+        those batches again; Kafka's fetcher drops such a stale answer too. Batches wholly below
+        the log end are what this log already holds from this leader (the leader checked the
+        position's epoch), so they are skipped; a batch across the log end is left for
+        ``append_as_follower`` to refuse."""
         end = self.log_end_offset
-        first = next(iter_batches(records, allow_partial_tail=False), None)
-        if first is None or first[0].base_offset >= end:
-            return bytes(records)  # the usual answer: it starts where this log ends
-        skipped = 0
-        for header, batch in iter_batches(records, allow_partial_tail=False):
-            if header.next_offset > end:
-                break
-            skipped += len(batch)
-        return bytes(memoryview(records)[skipped:])
+        batches = list(iter_batches(records, allow_partial_tail=False))
+        skip = 0
+        while skip < len(batches) and batches[skip][0].next_offset <= end:
+            skip += 1
+        if skip == 0:
+            return bytes(records), batches  # the usual answer: it starts where this log ends
+        skipped = sum(len(batch) for _, batch in batches[:skip])
+        return bytes(memoryview(records)[skipped:]), batches[skip:]
 
-    def append_as_follower(self, records: bytes) -> None:
-        """Append the leader's batches with their offsets; learn epochs from them."""
+    def append_as_follower(
+        self, records: bytes, batches: list[tuple[BatchHeader, memoryview]] | None = None
+    ) -> None:
+        """Append the leader's batches with their offsets; learn epochs from them.
+        ``batches``: ``iter_batches(records)`` as a list, when the caller already parsed it."""
         first_of_epoch: list[tuple[int, int]] = []
         latest = self.epochs.latest_epoch
-        headers = [header for header, _ in iter_batches(records, allow_partial_tail=False)]
+        if batches is None:
+            batches = list(iter_batches(records, allow_partial_tail=False))
+        headers = [header for header, _ in batches]
         for header in headers:
             if header.partition_leader_epoch > latest:
                 latest = header.partition_leader_epoch
@@ -742,9 +751,9 @@ class Partition:
             self.epochs.assign(epoch, start)
         # Followers keep producer state and message ids too, so a new leader deduplicates
         # retries at once.
-        self._record_producers(headers, first_offset=None, records=records)
+        self._record_producers(batches, first_offset=None)
         if self.dedup.enabled and may_carry_ids(records, headers):
-            self.dedup.observe_batches(records)
+            self.dedup.observe_batches(records, batches=batches)
         else:
             self.dedup.covered_end = self.log_end_offset
         self.on_change(self)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flux.cluster.config import parse_config
+from flux.cluster.http.dedup import MESSAGE_ID_HEADER, MessageIdIndex
 from flux.cluster.replication.partition import Partition
 from flux.cluster.topics import TopicConfig
 from flux.controller.image import PartitionState
@@ -154,3 +155,29 @@ def test_an_answer_repeating_batches_the_follower_holds_appends_only_what_is_new
     assert follower.log_end_offset == 4
     assert follower.apply_fetch_answer(again) is None  # wholly old: nothing to append
     assert _values(follower) == _values(leader)
+
+
+def test_a_repeating_answer_indexes_the_new_batches_ids_at_their_offsets(tmp_path: Path) -> None:
+    """The follower's id index, fed from the same parse as its append, holds every id of a
+    repeating answer once, at the offset the leader gave it, and covers the whole log."""
+    leader, follower = _partition(tmp_path, 1), _partition(tmp_path, 2)
+    leader.dedup = MessageIdIndex(600_000)
+    follower.dedup = MessageIdIndex(600_000)
+    leader.become_leader(_state(leader=1, epoch=0))
+    follower.become_follower(_state(leader=1, epoch=0))
+
+    def publish(*ids: str) -> None:
+        leader.append_as_leader(
+            build_batch([(None, i.encode(), [(MESSAGE_ID_HEADER, i.encode())]) for i in ids])
+        )
+
+    publish("a", "b")
+    first = leader.serve_follower_fetch(2, fetch_offset=0, last_fetched_epoch=-1, max_bytes=1 << 20)
+    publish("c")
+    publish("d", "e")
+    again = leader.serve_follower_fetch(2, fetch_offset=0, last_fetched_epoch=-1, max_bytes=1 << 20)
+    assert follower.apply_fetch_answer(first) is None
+    assert follower.apply_fetch_answer(again) is None
+    expected = {"a": 0, "b": 1, "c": 2, "d": 3, "e": 4}
+    assert dict(follower.dedup.items()) == dict(leader.dedup.items()) == expected
+    assert follower.dedup.covered_end == follower.log_end_offset == 5
