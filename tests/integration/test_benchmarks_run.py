@@ -73,6 +73,12 @@ def test_record_check_benchmark_prints_json() -> None:
     assert all(shape["us_per_batch"] > 0 for shape in figures.values())
 
 
+def test_replication_round_benchmark_prints_json() -> None:
+    figures = _run("replication_round.py", "--rounds", "50")
+    assert set(figures) == {"http", "kafka", "batch"}
+    assert all(shape["us_per_round"] > 0 for shape in figures.values())
+
+
 def test_failover_benchmark_prints_json() -> None:
     figures = _run("failover.py", "--rounds", "1", "--steady-seconds", "4")
     assert len(figures["broker_kill_to_new_leaders"]["runs_s"]) == 1
