@@ -90,21 +90,36 @@ async def _pingpong_websocket(request: web.Request) -> web.StreamResponse:
     return socket
 
 
-class _PingPongServer(asyncio.Protocol):
-    """Answers each length-prefixed frame with ``_PONG``, length-prefixed."""
+class _Framed(asyncio.Protocol):
+    """Length-prefixed frames (4 bytes, big-endian) over a bare connection: each whole frame
+    received goes to ``frame_received``."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._buffer = bytearray()
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.buffer = bytearray()
+
+    def send(self, frame: bytes) -> None:
+        self.transport.write(len(frame).to_bytes(4, "big") + frame)
 
     def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        while len(self._buffer) >= 4:
-            size = int.from_bytes(self._buffer[:4], "big")
-            if len(self._buffer) < 4 + size:
+        self.buffer += data
+        while len(self.buffer) >= 4:
+            size = int.from_bytes(self.buffer[:4], "big")
+            if len(self.buffer) < 4 + size:
                 return
-            del self._buffer[: 4 + size]
-            self._transport.write(len(_PONG).to_bytes(4, "big") + _PONG)
+            frame = bytes(self.buffer[4 : 4 + size])
+            del self.buffer[: 4 + size]
+            self.frame_received(frame)
+
+    def frame_received(self, frame: bytes) -> None:
+        raise NotImplementedError
+
+
+class _PingPongServer(_Framed):
+    """Answers each frame with ``_PONG``."""
+
+    def frame_received(self, frame: bytes) -> None:
+        self.send(_PONG)
 
 
 def _serve_pingpong(port: int, tcp_port: int) -> None:
@@ -122,24 +137,14 @@ def _serve_pingpong(port: int, tcp_port: int) -> None:
     uvloop.run(run())
 
 
-class _PingPongClient(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.waiter: asyncio.Future[bytes] | None = None
+class _PingPongClient(_Framed):
+    """Hands each frame to the call waiting for it."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
+    waiter: asyncio.Future[bytes] | None = None
 
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while len(self.buffer) >= 4:
-            size = int.from_bytes(self.buffer[:4], "big")
-            if len(self.buffer) < 4 + size:
-                return
-            frame = bytes(self.buffer[4 : 4 + size])
-            del self.buffer[: 4 + size]
-            if self.waiter is not None and not self.waiter.done():
-                self.waiter.set_result(frame)
+    def frame_received(self, frame: bytes) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(frame)
 
 
 async def _pingpong(kind: str, port: int, calls: int, server_pid: int) -> dict[str, Any]:
@@ -159,7 +164,7 @@ async def _pingpong(kind: str, port: int, calls: int, server_pid: int) -> dict[s
 
             async def one() -> None:
                 protocol.waiter = loop.create_future()
-                protocol.transport.write(len(_PING).to_bytes(4, "big") + _PING)
+                protocol.send(_PING)
                 assert await protocol.waiter == _PONG
 
         for _ in range(200):  # warm-up
