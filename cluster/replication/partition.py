@@ -262,7 +262,7 @@ class Partition:
         if with_ids and known_ids is not None:
             ids = known_ids
         elif with_ids:
-            deduplicated = self._drop_duplicate_ids(records)
+            deduplicated = self._drop_duplicate_ids(batches)
             if isinstance(deduplicated, AppendResult):
                 return deduplicated
             if isinstance(deduplicated, list):
@@ -321,7 +321,7 @@ class Partition:
         return result
 
     def _drop_duplicate_ids(
-        self, records: bytes | memoryview
+        self, batches: list[tuple[BatchHeader, memoryview]]
     ) -> list[list[tuple[int, str]]] | bytes | AppendResult:
         """Leave out records whose ``flux-msg-id`` was stored within the dedup window.
 
@@ -330,9 +330,9 @@ class Partition:
         without them, unless it is idempotent or transactional: its sequence numbers must stay
         as the producer wrote them, so it is appended whole (documented in docs/http-api.md).
         Returns the re-encoded records, or, when nothing was left out, the ids found in each
-        batch (``message_ids_in``), so the append does not decode them again.
+        batch (``message_ids_in``), so the append does not decode them again. ``batches``:
+        ``iter_batches`` of the request's records, as the append parsed them.
         """
-        batches = list(iter_batches(records, allow_partial_tail=False))
         kept: list[bytes | memoryview] = []
         original: list[int] = []
         changed = False
