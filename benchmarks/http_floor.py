@@ -24,6 +24,7 @@ Prints one JSON object.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import json
@@ -90,7 +91,7 @@ async def _pingpong_websocket(request: web.Request) -> web.StreamResponse:
     return socket
 
 
-class _Framed(asyncio.Protocol):
+class _Framed(asyncio.Protocol, abc.ABC):
     """Length-prefixed frames (4 bytes, big-endian) over a bare connection: each whole frame
     received goes to ``frame_received``."""
 
@@ -111,8 +112,9 @@ class _Framed(asyncio.Protocol):
             del self.buffer[: 4 + size]
             self.frame_received(frame)
 
+    @abc.abstractmethod
     def frame_received(self, frame: bytes) -> None:
-        raise NotImplementedError
+        """One whole frame, its length prefix removed."""
 
 
 class _PingPongServer(_Framed):
