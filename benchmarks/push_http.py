@@ -9,6 +9,11 @@
   Python client then no longer shares the two cores with the brokers at a third of a core).
   With wrk the figure is 2xx answers per second; ``stored`` (the topic's high watermarks
   summed) must be at least that, and every non-2xx answer or socket error is counted.
+  ``--route any`` (the default) sends each message to a broker in turn, which forwards it to
+  its partition's leader unless it leads it (two messages in three); ``--route leader`` sends
+  each to its partition's leader as ``flux.sdk.http`` routes it (the aiohttp client is then
+  that SDK's ``AsyncHttpPublisher``; wrk is given ids that hash to partitions its broker
+  leads).
 - ``push.webhook`` / ``push.websocket``: a subscriber served by this process subscribes with
   ``readOld=true`` and ``maxInFlight=--window`` to ``--messages`` stored messages and
   acknowledges each one; throughput is messages delivered per second until the last one
@@ -23,7 +28,7 @@
 Prints one JSON object.
 
     python benchmarks/push_http.py [--messages 3000] [--latency-messages 200] [--rate 100]
-        [--window 1]
+        [--window 1] [--publish-client aiohttp|wrk] [--route any|leader]
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from flux.cluster.launcher import NodeProcess, free_port, running_local_cluster  # noqa: E402
+from flux.sdk.http import AsyncHttpPublisher, ClusterView, partition_of  # noqa: E402
 
 PARTITIONS = 3
 
@@ -145,7 +152,11 @@ async def _create_topic(session: aiohttp.ClientSession, node: NodeProcess, name:
 
 
 async def _publish_throughput(
-    session: aiohttp.ClientSession, nodes: list[NodeProcess], count: int, concurrency: int
+    session: aiohttp.ClientSession,
+    nodes: list[NodeProcess],
+    count: int,
+    concurrency: int,
+    route: str,
 ) -> float:
     await _create_topic(session, nodes[0], "bench-publish")
     queue = list(range(count))
@@ -160,9 +171,18 @@ async def _publish_throughput(
                 {"id": f"p-{index}", "message": f"m-{index}", "topic": "bench-publish"},
             )
 
-    started = time.perf_counter()
-    await asyncio.gather(*(worker(i) for i in range(concurrency)))
-    return count / (time.perf_counter() - started)
+    async def routed_worker(publisher: AsyncHttpPublisher) -> None:
+        while queue:
+            index = queue.pop()
+            await publisher.publish("bench-publish", f"m-{index}", id=f"p-{index}")
+
+    async with AsyncHttpPublisher([_base(n) for n in nodes]) as publisher:
+        started = time.perf_counter()
+        if route == "leader":
+            await asyncio.gather(*(routed_worker(publisher) for _ in range(concurrency)))
+        else:
+            await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        return count / (time.perf_counter() - started)
 
 
 def _wrk_publish(
@@ -172,14 +192,37 @@ def _wrk_publish(
     *,
     topic: str = "bench-wrk",
     tag: str = "",
+    route: str = "any",
 ) -> dict[str, Any]:
     """``wrk`` POSTing single messages to ``topic`` at every broker at once (connections
     spread evenly); ids start with ``tag`` (another run on the same topic needs another tag:
-    repeated ids are answered as duplicates, without an append)."""
+    repeated ids are answered as duplicates, without an append). ``route="leader"``: each
+    broker is sent only ids whose partition it leads (as a client that reads ``GET /cluster``
+    and hashes each id would send them), so no message is forwarded."""
+    with tempfile.TemporaryDirectory(prefix="flux-wrk-ids-") as directory:
+        id_files = (
+            _leader_id_files(nodes, topic, tag, seconds, Path(directory))
+            if route == "leader"
+            else {}
+        )
+        return _run_wrk(nodes, seconds, connections, topic, tag, id_files)
+
+
+def _run_wrk(
+    nodes: list[NodeProcess],
+    seconds: float,
+    connections: int,
+    topic: str,
+    tag: str,
+    id_files: dict[int, Path],
+) -> dict[str, Any]:
+    """One wrk per target broker (every broker, or with ``id_files`` the leaders, each sending
+    the ids of its file), their figures summed."""
     script = ROOT / "benchmarks" / "push_http_publish.lua"
+    targets = [n for n in nodes if n.node_id in id_files] if id_files else nodes
     processes = []
-    for index, node in enumerate(nodes):
-        share = connections // len(nodes) + (1 if index < connections % len(nodes) else 0)
+    for index, node in enumerate(targets):
+        share = connections // len(targets) + (1 if index < connections % len(targets) else 0)
         if share == 0:
             continue
         processes.append(
@@ -196,6 +239,7 @@ def _wrk_publish(
                     "--",
                     topic,
                     f"{tag}n{node.node_id}",
+                    *([str(id_files[node.node_id])] if id_files else []),
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
@@ -222,6 +266,35 @@ def _wrk_publish(
         "latency_p50_ms_per_broker": [round(run["latency_p50_us"] / 1000, 2) for run in runs],
         "latency_p99_ms_per_broker": [round(run["latency_p99_us"] / 1000, 2) for run in runs],
     }
+
+
+def _leader_id_files(
+    nodes: list[NodeProcess], topic: str, tag: str, seconds: float, directory: Path
+) -> dict[int, Path]:
+    """Per broker, a file of unique ids (more than ``seconds`` of the fastest run needs) that
+    ``flux.sdk.http`` would send to that broker: ids whose partitions it leads."""
+    with urllib.request.urlopen(_base(nodes[0]) + "/cluster", timeout=10) as answer:
+        view = ClusterView.from_answer(json.load(answer))
+    count = view.partition_count(topic)
+    assert count is not None, f"{topic} is not in GET /cluster"
+    wanted = int(seconds * 8000) + 10_000
+    files = {}
+    for node in nodes:
+        address = node.ready["broker_http"]
+        if address not in {view.leader_address(topic, p) for p in range(count)}:
+            continue
+        ids: list[str] = []
+        candidate = 0
+        while len(ids) < wanted:
+            candidate += 1
+            value = f"{tag}r{node.node_id}-{candidate}"
+            partition = partition_of(count, key=None, message_id=value)
+            assert partition is not None
+            if view.leader_address(topic, partition) == address:
+                ids.append(value)
+        files[node.node_id] = directory / f"ids-{node.node_id}"
+        files[node.node_id].write_text("\n".join(ids) + "\n")
+    return files
 
 
 async def _stored(session: aiohttp.ClientSession, node: NodeProcess, topic: str) -> int:
@@ -335,13 +408,19 @@ async def _run(nodes: list[NodeProcess], args: argparse.Namespace) -> dict[str, 
             if args.publish_client == "wrk":
                 await _create_topic(session, nodes[0], "bench-wrk")
                 wrk = await asyncio.to_thread(
-                    _wrk_publish, nodes, args.publish_seconds, args.concurrency
+                    _wrk_publish,
+                    nodes,
+                    args.publish_seconds,
+                    args.concurrency,
+                    route=args.route,
                 )
                 wrk["stored"] = await _stored(session, nodes[0], "bench-wrk")
                 publish = wrk["single_messages_per_s"]
             else:
                 wrk = None
-                publish = await _publish_throughput(session, nodes, args.messages, args.concurrency)
+                publish = await _publish_throughput(
+                    session, nodes, args.messages, args.concurrency, args.route
+                )
             _phase("batched publish")
             batch = await _batch_throughput(session, nodes, args.messages * 5, args.batch)
             push = {}
@@ -365,6 +444,7 @@ async def _run(nodes: list[NodeProcess], args: argparse.Namespace) -> dict[str, 
             "single_messages_per_s": round(publish, 1),
             "concurrency": args.concurrency,
             "client": args.publish_client,
+            "route": args.route,
             **({"wrk": wrk} if wrk is not None else {}),
             "batched_messages_per_s": round(batch, 1),
             "batch": args.batch,
@@ -380,6 +460,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--publish-client", choices=("aiohttp", "wrk"), default="aiohttp")
     parser.add_argument("--publish-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--route",
+        choices=("any", "leader"),
+        default="any",
+        help="wrk: send each message to any broker (default) or to its partition's leader",
+    )
     parser.add_argument("--latency-messages", type=int, default=200)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument(

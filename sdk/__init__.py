@@ -16,6 +16,9 @@ shape.
   (``alter_user_scram_credentials`` / ``describe_user_scram_credentials``), the cluster.
 * ``AsyncTableView`` / ``TableView`` — the latest value per key of a (compacted) topic, loaded
   on ``start`` and kept up to date by a background reader, like Kafka Streams' GlobalKTable.
+* ``AsyncHttpPublisher`` / ``HttpPublisher`` — ``POST /publish`` over the HTTP API, each
+  message sent straight to its partition's leader as ``GET /cluster`` names it
+  (``flux.sdk.http``).
 * ``ClusterClient`` — metadata-driven routing with bounded retries, under all of them.
 * ``ClientSecurity`` — every client's ``security=``: Kafka's security protocols (PLAINTEXT,
   SSL, SASL_PLAINTEXT, SASL_SSL) with SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512, TLS client
@@ -66,6 +69,7 @@ from flux.sdk.errors import (
     GroupMembershipError,
     GroupNotEmptyError,
     GroupNotFoundError,
+    HttpApiError,
     KafkaError,
     MessageTooLargeError,
     NotLeaderError,
@@ -80,6 +84,7 @@ from flux.sdk.errors import (
     UnknownTopicError,
 )
 from flux.sdk.groups import GroupConsumer
+from flux.sdk.http import AsyncHttpPublisher, HttpPublisher, Published
 from flux.sdk.messages import (
     ConsumedRecord,
     ConsumerGroupMetadata,
@@ -100,6 +105,7 @@ __all__ = [
     "Assignment",
     "AsyncAdmin",
     "AsyncConsumer",
+    "AsyncHttpPublisher",
     "AsyncProducer",
     "AsyncTableView",
     "BrokerDescription",
@@ -121,6 +127,8 @@ __all__ = [
     "GroupMembershipError",
     "GroupNotEmptyError",
     "GroupNotFoundError",
+    "HttpApiError",
+    "HttpPublisher",
     "KafkaError",
     "MemberDescription",
     "Message",
@@ -129,6 +137,7 @@ __all__ = [
     "PartitionDescription",
     "Producer",
     "ProducerFencedError",
+    "Published",
     "RecordMetadata",
     "ResourceNotFoundError",
     "RetryPolicy",

@@ -21,6 +21,8 @@ Exception tree (everything the SDK raises on purpose derives from ``FluxError``)
     │                                    abort_transaction; the failure is ``__cause__``
     ├── TransactionAbortedError          a record queued in a transaction was dropped unsent
     │                                    because the transaction was aborted
+    ├── HttpApiError(status, answer)     the HTTP API refused a request (``flux.sdk.http``):
+    │                                    the status and the broker's JSON answer
     └── KafkaError(code, message)        a broker answered with a Kafka error code
         ├── UnknownTopicError                3 UNKNOWN_TOPIC_OR_PARTITION, 100 UNKNOWN_TOPIC_ID
         ├── TopicAlreadyExistsError         36
@@ -92,6 +94,7 @@ __all__ = [
     "FluxError",
     "FluxProtocolError",
     "FluxTimeoutError",
+    "HttpApiError",
     "GroupMembershipError",
     "GroupNotEmptyError",
     "GroupNotFoundError",
@@ -197,6 +200,19 @@ class TransactionAbortRequiredError(FluxError):
 
 class TransactionAbortedError(FluxError):
     """A record queued in a transaction was dropped unsent: the transaction was aborted."""
+
+
+class HttpApiError(FluxError):
+    """The HTTP API answered a request with an error status (``flux.sdk.http``).
+
+    ``status`` is the HTTP status; ``answer`` the broker's decoded JSON (``{"error": ...,
+    "field": ...}``), or its text when it was not JSON.
+    """
+
+    def __init__(self, message: str, *, status: int, answer: object) -> None:
+        super().__init__(message)
+        self.status = status
+        self.answer = answer
 
 
 class KafkaError(FluxError):

@@ -386,6 +386,7 @@ class HttpApiBase:
                 f"broker {self._broker_id} does not lead {topic}-{index}",
                 leader=leader,
             )
+        self._metrics.http_forwarded_records.inc(len(records))
         try:
             # One frame on this broker's link to the leader (``forward_link``), not an HTTP
             # request each: the answer is what ``POST /internal/produce`` would have said.

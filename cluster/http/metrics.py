@@ -59,6 +59,12 @@ class BrokerMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.http_forwarded_records = Counter(
+            "flux_http_forwarded_records",
+            "messages of HTTP produces this broker forwarded to their partition's leader (a "
+            "client that sends each message to its leader, as flux.sdk.http does, forwards none)",
+            registry=self.registry,
+        )
         self.kafka_requests = Counter(
             "flux_kafka_requests",
             "Kafka protocol requests by API",

@@ -30,6 +30,8 @@ def test_push_http_benchmark_prints_json() -> None:
             "20",
             "--window",
             "10",
+            "--route",
+            "leader",
         ],
         capture_output=True,
         text=True,
@@ -39,6 +41,7 @@ def test_push_http_benchmark_prints_json() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     figures = json.loads(result.stdout)
     assert figures["publish"]["single_messages_per_s"] > 0
+    assert figures["publish"]["route"] == "leader"  # flux.sdk.http's publisher
     for kind in ("webhook", "websocket"):
         assert figures["push"][kind]["messages"] == 200
         assert figures["push"][kind]["window"] == 10
