@@ -5,9 +5,9 @@ it to the leader, a second hop that costs CPU on both brokers and a round trip o
 3-broker cluster two messages in three take it; docs/benchmarks.md measures what that costs).
 ``AsyncHttpPublisher`` routes like a Kafka producer instead: it reads ``GET /cluster`` (the
 brokers' HTTP addresses and each partition's leader), puts a message on the partition the
-broker would (its key's, else its id's murmur2 hash; round robin over the partitions for a
-message with neither, named in the request's ``partition`` field), and posts it to that
-partition's leader.
+broker would (its key's, else its id's murmur2 hash; round robin over the partitions that have
+a leader for a message with neither, named in the request's ``partition`` field), and posts it
+to that partition's leader.
 
     async with AsyncHttpPublisher("http://127.0.0.1:9292") as publisher:
         published = await publisher.publish("orders", "paid", id="order-17")
@@ -40,7 +40,7 @@ import itertools
 import json
 import ssl as ssl_module
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -143,9 +143,16 @@ class AsyncHttpPublisher:
         return self._view
 
     async def publish(
-        self, topic: str, message: str, *, id: str | None = None, key: str | None = None
+        self,
+        topic: str,
+        message: str,
+        *,
+        id: str | None = None,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Published:
-        """Store ``message`` on ``topic`` (acks=all, as ``POST /publish`` does) and say where."""
+        """Store ``message`` on ``topic`` (acks=all, as ``POST /publish`` does) and say where.
+        ``headers``: string values by name, stored as the record's headers (UTF-8)."""
         if self._closed:
             raise ConfigurationError("the publisher is closed")
         body: dict[str, Any] = {"topic": topic, "message": message}
@@ -153,6 +160,8 @@ class AsyncHttpPublisher:
             body["id"] = id
         if key is not None:
             body["key"] = key
+        if headers:
+            body["headers"] = dict(headers)
         deadline = time.monotonic() + self.timeout_s
         backoff_s = RETRY_BACKOFF_S
         while True:
@@ -211,7 +220,8 @@ class AsyncHttpPublisher:
         partition = partition_of(count, key=body.get("key"), message_id=body.get("id"))
         named = None
         if partition is None:
-            partition = named = next(self._rotation) % count
+            available = view.available[topic]
+            partition = named = available[next(self._rotation) % len(available)]
         address = view.leader_address(topic, partition)
         return (address if address is not None else self._any_address(view)), named
 
@@ -325,6 +335,12 @@ class HttpPublisher:
         return self._async.view
 
     def publish(
-        self, topic: str, message: str, *, id: str | None = None, key: str | None = None
+        self,
+        topic: str,
+        message: str,
+        *,
+        id: str | None = None,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Published:
-        return self._loop.run(self._async.publish(topic, message, id=id, key=key))
+        return self._loop.run(self._async.publish(topic, message, id=id, key=key, headers=headers))

@@ -33,10 +33,13 @@ def partition_of(partitions: int, *, key: str | None, message_id: str | None) ->
 @dataclass(frozen=True, slots=True)
 class ClusterView:
     """Brokers' HTTP addresses (``"host:port"`` by broker id) and, per topic, each partition's
-    leader (``-1``: none known)."""
+    leader (``-1``: none known) and the partitions that have a leader whose address is known
+    (``available``, where a message with neither key nor id goes, as Kafka's partitioner
+    picks among available partitions; every partition when none has one)."""
 
     brokers: Mapping[int, str]
     leaders: Mapping[str, tuple[int, ...]]
+    available: Mapping[str, tuple[int, ...]]
 
     @classmethod
     def from_answer(cls, answer: Any) -> ClusterView:
@@ -51,7 +54,11 @@ class ClusterView:
             }
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"not a GET /cluster answer: {error!r}") from None
-        return cls(brokers=brokers, leaders=leaders)
+        available = {}
+        for name, found in leaders.items():
+            led = tuple(p for p, leader in enumerate(found) if leader in brokers)
+            available[name] = led or tuple(range(len(found)))
+        return cls(brokers=brokers, leaders=leaders, available=available)
 
     def partition_count(self, topic: str) -> int | None:
         found = self.leaders.get(topic)

@@ -51,16 +51,17 @@ def _forwarded(nodes: list[NodeProcess]) -> int:
     return int(total)
 
 
+def _read_all(node: NodeProcess, topic: str, partition: int) -> list[dict]:
+    status, answer = call(
+        node, "GET", f"/topics/{topic}/partitions/{partition}/messages?limit=10000"
+    )
+    assert status == 200, answer
+    return answer["messages"]
+
+
 def _stored(node: NodeProcess, topic: str, partitions: int) -> list[tuple[int, str, str]]:
     """``(partition, id, value)`` of every committed message of ``topic``."""
-    rows = []
-    for partition in range(partitions):
-        status, answer = call(
-            node, "GET", f"/topics/{topic}/partitions/{partition}/messages?limit=10000"
-        )
-        assert status == 200, answer
-        rows += [(partition, m["id"], m["value"]) for m in answer["messages"]]
-    return rows
+    return [(p, m["id"], m["value"]) for p in range(partitions) for m in _read_all(node, topic, p)]
 
 
 def _leader_of(node: NodeProcess, topic: str, partition: int) -> int:
@@ -81,6 +82,7 @@ def test_messages_go_to_their_leaders_and_none_is_forwarded(nodes: list[NodeProc
 
     with HttpPublisher(http_address(nodes[0])) as publisher:
         answers = [publisher.publish("routed", f"v{i}", id=f"id-{i}") for i in range(30)]
+        keyed = publisher.publish("routed", "k", key="customer-7", headers={"source": "test"})
         no_id = [publisher.publish("routed", f"n{i}") for i in range(6)]
         again = publisher.publish("routed", "changed", id="id-7")
 
@@ -93,7 +95,12 @@ def test_messages_go_to_their_leaders_and_none_is_forwarded(nodes: list[NodeProc
         answers[7].partition,
         answers[7].offset,
     )
+    assert keyed.partition == partition_of(3, key="customer-7", message_id=None)
     assert _forwarded(nodes) == before  # not one message took the hop
+    [keyed_stored] = [
+        m for m in _read_all(nodes[2], "routed", keyed.partition) if m["offset"] == keyed.offset
+    ]
+    assert (keyed_stored["key"], keyed_stored["headers"]) == ("customer-7", {"source": "test"})
     stored = _stored(nodes[1], "routed", 3)
     assert sorted(i for _, i, _ in stored if i.startswith("id-")) == sorted(
         f"id-{i}" for i in range(30)

@@ -66,6 +66,15 @@ def test_the_view_names_each_partitions_leader() -> None:
     assert view.leader_address("orders", 3) is None
     assert view.partition_count("unknown") is None
     assert view.leader_address("unknown", 0) is None
+    assert view.available["orders"] == (0, 1)  # where messages without key or id go
+
+
+def test_without_any_leader_every_partition_is_a_candidate() -> None:
+    answer = {
+        "brokers": [{"id": 1, "http": "127.0.0.1:9292"}],
+        "topics": [{"name": "t", "partitions": [{"partition": p, "leader": -1} for p in range(3)]}],
+    }
+    assert ClusterView.from_answer(answer).available["t"] == (0, 1, 2)
 
 
 @pytest.mark.parametrize(
