@@ -176,13 +176,13 @@ async def _publish_throughput(
             index = queue.pop()
             await publisher.publish("bench-publish", f"m-{index}", id=f"p-{index}")
 
-    async with AsyncHttpPublisher([_base(n) for n in nodes]) as publisher:
-        started = time.perf_counter()
-        if route == "leader":
+    started = time.perf_counter()
+    if route == "leader":
+        async with AsyncHttpPublisher([_base(n) for n in nodes]) as publisher:
             await asyncio.gather(*(routed_worker(publisher) for _ in range(concurrency)))
-        else:
-            await asyncio.gather(*(worker(i) for i in range(concurrency)))
-        return count / (time.perf_counter() - started)
+    else:
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    return count / (time.perf_counter() - started)
 
 
 def _wrk_publish(
@@ -278,10 +278,11 @@ def _leader_id_files(
     count = view.partition_count(topic)
     assert count is not None, f"{topic} is not in GET /cluster"
     wanted = int(seconds * 8000) + 10_000
+    leaders = {view.leader_address(topic, p) for p in range(count)}
     files = {}
     for node in nodes:
         address = node.ready["broker_http"]
-        if address not in {view.leader_address(topic, p) for p in range(count)}:
+        if address not in leaders:
             continue
         ids: list[str] = []
         candidate = 0

@@ -60,6 +60,8 @@ _RETRIABLE_WITH_ID = frozenset({NOT_LEADER_STATUS, 503})
 #: First and largest pause between two attempts of one message.
 RETRY_BACKOFF_S = 0.05
 RETRY_BACKOFF_MAX_S = 1.0
+#: Longest wait for one broker's ``GET /cluster`` before the next address is tried.
+CLUSTER_READ_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +186,7 @@ class AsyncHttpPublisher:
             body = {**body, "partition": partition}
         has_id = "id" in body
         try:
-            status, answer = await self._post(address, "/publish", body, deadline)
+            status, answer = await self._request("POST", address, "/publish", deadline, body=body)
         except aiohttp.ClientConnectorError as error:
             raise _Retry(f"{address}: {error}") from None  # never connected: nothing sent
         except (TimeoutError, aiohttp.ClientError) as error:
@@ -245,7 +247,9 @@ class AsyncHttpPublisher:
         failures = []
         for address in addresses:
             try:
-                status, answer = await self._get(address, "/cluster", deadline)
+                status, answer = await self._request(
+                    "GET", address, "/cluster", deadline, longest_s=CLUSTER_READ_TIMEOUT_S
+                )
                 if status == 200:
                     view = ClusterView.from_answer(answer)
                     self._view, self._view_read_at = view, time.monotonic()
@@ -266,25 +270,27 @@ class AsyncHttpPublisher:
             addresses=tuple(addresses),
         )
 
-    def _session_now(self) -> aiohttp.ClientSession:
+    async def _request(
+        self,
+        method: str,
+        address: str,
+        path: str,
+        deadline: float,
+        *,
+        body: dict[str, Any] | None = None,
+        longest_s: float | None = None,
+    ) -> tuple[int, Any]:
+        """``(status, decoded answer)`` of one request, within ``deadline`` (and ``longest_s``)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(auth=self._auth)
-        return self._session
-
-    async def _post(
-        self, address: str, path: str, body: dict[str, Any], deadline: float
-    ) -> tuple[int, Any]:
-        session = self._session_now()
-        timeout = aiohttp.ClientTimeout(total=max(0.1, deadline - time.monotonic()))
+        left_s = deadline - time.monotonic()
+        if longest_s is not None:
+            left_s = min(left_s, longest_s)
+        timeout = aiohttp.ClientTimeout(total=max(0.1, left_s))
         url = f"{self._scheme}://{address}{path}"
-        async with session.post(url, json=body, ssl=self._ssl, timeout=timeout) as response:
-            return response.status, await _answer_of(response)
-
-    async def _get(self, address: str, path: str, deadline: float) -> tuple[int, Any]:
-        session = self._session_now()
-        timeout = aiohttp.ClientTimeout(total=max(0.1, min(5.0, deadline - time.monotonic())))
-        url = f"{self._scheme}://{address}{path}"
-        async with session.get(url, ssl=self._ssl, timeout=timeout) as response:
+        async with self._session.request(
+            method, url, json=body, ssl=self._ssl, timeout=timeout
+        ) as response:
             return response.status, await _answer_of(response)
 
 

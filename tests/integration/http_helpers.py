@@ -58,6 +58,15 @@ def call(
         return status, payload.decode(errors="replace")
 
 
+def read_messages(node: NodeProcess, topic: str, partition: int) -> list[dict[str, Any]]:
+    """Every committed message of one partition (up to 10,000), as ``GET .../messages``."""
+    status, answer = call(
+        node, "GET", f"/topics/{topic}/partitions/{partition}/messages?limit=10000"
+    )
+    assert status == 200, answer
+    return list(answer["messages"])
+
+
 def metrics_text(node: NodeProcess) -> str:
     with urllib.request.urlopen(http_address(node) + "/metrics", timeout=30) as reply:
         return reply.read().decode()

@@ -11,7 +11,13 @@ from flux.cluster.launcher import NodeProcess
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import wait_until
-from tests.integration.http_helpers import call, create_everywhere, metrics_text, running_cluster
+from tests.integration.http_helpers import (
+    call,
+    create_everywhere,
+    metrics_text,
+    read_messages,
+    running_cluster,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -36,14 +42,6 @@ def _create(node: NodeProcess, name: str, partitions: int = 3, **configs: str) -
     create_everywhere(_cluster_of(node), name, partitions, **configs)
 
 
-def _read_all(node: NodeProcess, topic: str, partition: int) -> list[dict]:
-    status, answer = call(
-        node, "GET", f"/topics/{topic}/partitions/{partition}/messages?limit=10000"
-    )
-    assert status == 200, answer
-    return answer["messages"]
-
-
 def test_flux_publish_then_read_from_every_broker(nodes: list[NodeProcess]) -> None:
     _create(nodes[0], "orders", partitions=3)
     status, answer = call(
@@ -53,7 +51,7 @@ def test_flux_publish_then_read_from_every_broker(nodes: list[NodeProcess]) -> N
     assert answer["duplicate"] is False
     partition, offset = answer["partition"], answer["offset"]
     for node in nodes:  # any broker answers; a non-leader forwards to the leader
-        messages = _read_all(node, "orders", partition)
+        messages = read_messages(node, "orders", partition)
         assert [(m["offset"], m["value"], m["id"]) for m in messages] == [(offset, "hello", "m-1")]
     assert call(nodes[2], "GET", "/ping") == (200, {"pong": True})
 
@@ -76,7 +74,7 @@ def test_http_id_is_stored_once(nodes: list[NodeProcess]) -> None:
     assert again[1]["duplicate"] is True and rest[1]["offsets"][0]["duplicate"] is True
     assert again[1]["offset"] == first[1]["offset"] == rest[1]["offsets"][0]["offset"]
     assert again[1]["partition"] == first[1]["partition"]
-    stored = [m for p in range(2) for m in _read_all(nodes[0], "dedup-http", p)]
+    stored = [m for p in range(2) for m in read_messages(nodes[0], "dedup-http", p)]
     assert [(m["id"], m["value"]) for m in stored] == [("same", "one")]
 
 
@@ -124,7 +122,7 @@ def test_ids_repeated_in_one_request_and_concurrent_publishes_are_stored_once(
     assert len(set(own)) == 16 and not any(
         a["duplicate"] for i, (_, a) in enumerate(answers) if not i % 2
     )
-    stored = _read_all(nodes[0], "dedup-batch", 0)
+    stored = read_messages(nodes[0], "dedup-batch", 0)
     ids = [m["id"] for m in stored if m["value"] != "plain"]  # a plain one gets a made-up id
     assert sorted(ids) == sorted(["id-a", "id-b", "burst", *(f"own-{i}" for i in range(0, 32, 2))])
     by_offset = {m["offset"]: m for m in stored}
@@ -192,7 +190,7 @@ def test_bad_input_names_the_field_and_stores_nothing(
     answer = call(nodes[1], "POST", path, body)
     assert answer[0] == status, answer
     assert answer[1]["field"] == field, answer
-    assert _read_all(nodes[0], "bad-input", 0) == []
+    assert read_messages(nodes[0], "bad-input", 0) == []
     assert call(nodes[0], "GET", "/subscriptions")[1]["subscriptions"] == []
     assert call(nodes[0], "GET", "/topics/no-such-topic")[0] == 404
 

@@ -20,6 +20,7 @@ from tests.integration.http_helpers import (
     create_everywhere,
     http_address,
     metrics_text,
+    read_messages,
     running_cluster,
 )
 
@@ -51,17 +52,11 @@ def _forwarded(nodes: list[NodeProcess]) -> int:
     return int(total)
 
 
-def _read_all(node: NodeProcess, topic: str, partition: int) -> list[dict]:
-    status, answer = call(
-        node, "GET", f"/topics/{topic}/partitions/{partition}/messages?limit=10000"
-    )
-    assert status == 200, answer
-    return answer["messages"]
-
-
 def _stored(node: NodeProcess, topic: str, partitions: int) -> list[tuple[int, str, str]]:
     """``(partition, id, value)`` of every committed message of ``topic``."""
-    return [(p, m["id"], m["value"]) for p in range(partitions) for m in _read_all(node, topic, p)]
+    return [
+        (p, m["id"], m["value"]) for p in range(partitions) for m in read_messages(node, topic, p)
+    ]
 
 
 def _leader_of(node: NodeProcess, topic: str, partition: int) -> int:
@@ -98,7 +93,7 @@ def test_messages_go_to_their_leaders_and_none_is_forwarded(nodes: list[NodeProc
     assert keyed.partition == partition_of(3, key="customer-7", message_id=None)
     assert _forwarded(nodes) == before  # not one message took the hop
     [keyed_stored] = [
-        m for m in _read_all(nodes[2], "routed", keyed.partition) if m["offset"] == keyed.offset
+        m for m in read_messages(nodes[2], "routed", keyed.partition) if m["offset"] == keyed.offset
     ]
     assert (keyed_stored["key"], keyed_stored["headers"]) == ("customer-7", {"source": "test"})
     stored = _stored(nodes[1], "routed", 3)
