@@ -271,6 +271,7 @@ class Node:
             routes=[*http_api.routes(), *self.console.routes(), *self.registry.routes()],
             ssl_context=self.internal.server_ssl,
             middlewares=[*self.internal.middlewares(), *http_auth.middlewares()],
+            on_malformed=self.metrics.http_malformed_requests.inc,
         )
         await self.http.start()
         self.lifecycle.http_port = self.http.port

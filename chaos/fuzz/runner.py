@@ -982,8 +982,9 @@ class _Run:
                     (entry for entry in context[1:] if _EXCEPTION_LINE.match(entry)), ""
                 )
                 if exception.startswith(_HTTP_PARSER_ERRORS):
-                    # aiohttp answered the malformed HTTP request with 400 as it should; it
-                    # just logs a traceback for it (noise, counted apart, see the report).
+                    # aiohttp answered the malformed HTTP request with 400 as it should and
+                    # logged a traceback for it (noise, counted apart, see the report; the
+                    # broker's server logs one line instead: cluster/http/malformed.py).
                     self.report.http_parse_errors_logged += 1
                     continue
                 self.report.internal_error_count += 1

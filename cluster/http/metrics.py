@@ -65,6 +65,12 @@ class BrokerMetrics:
             "client that sends each message to its leader, as flux.sdk.http does, forwards none)",
             registry=self.registry,
         )
+        self.http_malformed_requests = Counter(
+            "flux_http_malformed_requests",
+            "HTTP requests refused as malformed before reaching any route (answered 400 by "
+            "the HTTP parser; the log names one every 10 s at most)",
+            registry=self.registry,
+        )
         self.kafka_requests = Counter(
             "flux_kafka_requests",
             "Kafka protocol requests by API",

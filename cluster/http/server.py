@@ -18,6 +18,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..replication.session import FetchSession, SessionOverflowError
 from ..replication.wire import ReplicationWireError, decode_fetch_request, encode_fetch_response
+from .malformed import MalformedRequestLog
 
 __all__ = ["BrokerHttpServer"]
 
@@ -36,7 +37,8 @@ class ReplicationEndpoint(Protocol):
 
 
 class BrokerHttpServer:
-    """``health`` is a callable returning the JSON document of ``GET /health``."""
+    """``health`` is a callable returning the JSON document of ``GET /health``;
+    ``on_malformed`` is called for each request the HTTP parser refuses (``malformed``)."""
 
     def __init__(
         self,
@@ -48,6 +50,7 @@ class BrokerHttpServer:
         routes: list[web.RouteDef] | None = None,
         ssl_context: Any = None,
         middlewares: list[Any] | None = None,
+        on_malformed: Callable[[], None] | None = None,
     ) -> None:
         self._ssl_context = ssl_context
         self._middlewares = list(middlewares or [])
@@ -58,6 +61,8 @@ class BrokerHttpServer:
         self._replication_sockets: set[web.WebSocketResponse] = set()
         self._routes = list(routes or [])
         self._runner: web.AppRunner | None = None
+        # Malformed requests: one counted, rate-limited line each, not aiohttp's traceback.
+        self._request_log = MalformedRequestLog(log, count=on_malformed)
         self.port = 0
 
     async def start(self) -> None:
@@ -70,7 +75,7 @@ class BrokerHttpServer:
                 *self._routes,
             ]
         )
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, logger=self._request_log)
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,

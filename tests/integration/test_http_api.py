@@ -3,6 +3,7 @@ forwarding, message-id deduplication, bad input, cluster/topic/group state, and 
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 
@@ -332,3 +333,48 @@ def test_metrics_parse_and_lag_matches(nodes: list[NodeProcess]) -> None:
     assert total("flux_partition_log_size_bytes", "lagged") > 0
     assert total("flux_controller_active") == 1  # one active controller among the three
     assert total("flux_controller_raft_term") >= 3  # each controller's term, at least 1
+
+
+#: Requests aiohttp's parser refuses (answered 400 before any route): a header line without a
+#: colon, a Content-Length that is not a number, a request line longer than 8190 bytes, a chunk
+#: size that is not hexadecimal.
+_MALFORMED = (
+    b"GET /ping HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n",
+    b"POST /publish HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"POST /publish HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+)
+
+
+def _answer_to(address: str, payload: bytes) -> bytes:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(payload)
+        answer = b""
+        while chunk := connection.recv(65536):  # the server closes after a parse error
+            answer += chunk
+    return answer
+
+
+def test_malformed_requests_get_400_one_log_line_and_a_count(nodes: list[NodeProcess]) -> None:
+    """Each malformed request is answered 400 and counted; the log gets one WARNING line for
+    them (rate-limited), never aiohttp's ERROR with a traceback each; the broker serves on."""
+    node = nodes[2]
+
+    def malformed() -> float:
+        return sum(_samples(metrics_text(node), "flux_http_malformed_requests_total").values())
+
+    log_before = node.log_path.stat().st_size
+    counted_before = malformed()
+    for payload in _MALFORMED * 5:
+        answer = _answer_to(node.ready["broker_http"], payload)
+        assert answer.split(b" ", 2)[1] == b"400", answer[:200]
+    assert call(node, "GET", "/ping") == (200, {"pong": True})
+    assert malformed() - counted_before == 4 * 5
+    with node.log_path.open("rb") as log_file:
+        log_file.seek(log_before)
+        log = log_file.read().decode(errors="replace")
+    assert "Error handling request" not in log and "Traceback" not in log, log[-3000:]
+    lines = [line for line in log.splitlines() if "malformed HTTP request from 127.0.0.1" in line]
+    assert 1 <= len(lines) <= 3, lines  # one per 10 s at most
+    assert " WARNING " in lines[0] and "answered 400" in lines[0]
