@@ -36,6 +36,7 @@ from .groups.offsets_client import OffsetsClient
 from .heap import HeapPolicy
 from .http.api import HttpApi
 from .http.auth import HttpAuthenticator
+from .http.malformed import MalformedRequestLog
 from .http.memory_topics import MemoryTopicCleaner
 from .http.metrics import BrokerMetrics
 from .http.push import PushManager, PushSettings
@@ -166,7 +167,8 @@ class Node:
                 ssl_context=self.internal.server_ssl,
                 middlewares=tuple(self.internal.middlewares()),
                 internal=self.internal,
-            )
+            ),
+            http_logger=MalformedRequestLog(logging.getLogger("flux.controller.http")),
         )
         await self.controller.start()
 

@@ -132,8 +132,17 @@ class _NotController(Exception):
 class ControllerService:
     """The controller role of a node. Start with ``await start()``, stop with ``await stop()``."""
 
-    def __init__(self, settings: ControllerSettings, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        *,
+        rng: random.Random | None = None,
+        http_logger: logging.Logger | logging.LoggerAdapter | None = None,  # type: ignore[type-arg]
+    ) -> None:
+        """``http_logger``: what aiohttp's request handler logs to (its own by default; the
+        node passes one that logs a malformed request as one line, not a traceback)."""
         self.settings = settings
+        self._http_logger = http_logger
         self._rng = rng or random.Random()
         self._quorum: MetadataQuorum | None = None
         self._runner: web.AppRunner | None = None
@@ -207,7 +216,8 @@ class ControllerService:
                 web.delete("/controller/subscriptions/{id}", self._json(self._delete_subscription)),
             ]
         )
-        self._runner = web.AppRunner(app, access_log=None)
+        logger = {} if self._http_logger is None else {"logger": self._http_logger}
+        self._runner = web.AppRunner(app, access_log=None, **logger)
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,

@@ -378,3 +378,19 @@ def test_malformed_requests_get_400_one_log_line_and_a_count(nodes: list[NodePro
     lines = [line for line in log.splitlines() if "malformed HTTP request from 127.0.0.1" in line]
     assert 1 <= len(lines) <= 3, lines  # one per 10 s at most
     assert " WARNING " in lines[0] and "answered 400" in lines[0]
+
+
+def test_the_controller_port_logs_a_malformed_request_as_one_line(
+    nodes: list[NodeProcess],
+) -> None:
+    node = nodes[1]
+    log_before = node.log_path.stat().st_size
+    for payload in _MALFORMED:
+        answer = _answer_to(node.ready["controller_http"], payload)
+        assert answer.split(b" ", 2)[1] == b"400", answer[:200]
+    assert call(node, "GET", "/health")[0] == 200
+    with node.log_path.open("rb") as log_file:
+        log_file.seek(log_before)
+        log = log_file.read().decode(errors="replace")
+    assert "Error handling request" not in log and "Traceback" not in log, log[-3000:]
+    assert "flux.controller.http" in log and "malformed HTTP request from 127.0.0.1" in log, log
