@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp.http_exceptions import HttpProcessingError
@@ -51,9 +51,6 @@ class MalformedRequestLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         self._clock = clock
         self._last_line: float | None = None
         self._left_out = 0
-
-    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
-        return msg, kwargs
 
     def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
         error = _exception_of(kwargs.get("exc_info"))
