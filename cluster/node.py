@@ -241,6 +241,7 @@ class Node:
             metrics=self.metrics,
             broker_id=config.node.id,
             allow_auto_create=config.broker.auto_create_topics,
+            body_timeout_s=config.broker.request_timeout_ms / 1000,
         )
         http_api.controller_id = lambda: self.lifecycle.controller_id
         configured_voters = tuple(

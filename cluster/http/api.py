@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ..groups.coordinator import GroupCoordinator
 from ..groups.offsets_client import OffsetsClient, OffsetsUnavailableError
@@ -58,8 +59,13 @@ class HttpApi(FluxApi, RestApi):
         metrics: BrokerMetrics,
         broker_id: int,
         allow_auto_create: bool,
+        body_timeout_s: float = 30.0,
     ) -> None:
+        """``body_timeout_s``: how long a request's body may take to arrive once its headers
+        have (``broker.request_timeout_ms``); later, the request is answered 408 and its
+        connection closed, so a client that stops sending does not hold a handler forever."""
         self._replicas = replicas
+        self._body_timeout_s = body_timeout_s
         self._apis = apis
         self._groups = groups
         self._peers = peers
@@ -176,16 +182,14 @@ class HttpApi(FluxApi, RestApi):
             try:
                 body: dict[str, Any] = {}
                 if request.method in ("POST", "PUT", "PATCH") and request.body_exists:
-                    try:
-                        raw = await request.read()
-                    except ConnectionResetError:
-                        # The client went away before its body arrived; nobody reads this.
-                        raise HttpError(400, "the body did not arrive", field="body") from None
-                    body = parse_json_object(raw, request.charset)
+                    body = parse_json_object(await self._body(request), request.charset)
                 answer = await handler(request, body)
                 response = answer if isinstance(answer, web.Response) else web.json_response(answer)
             except HttpError as error:
                 response = error.response()
+                if error.status == 408:
+                    # The rest of the body may still come: this connection cannot be reused.
+                    response.force_close()
             except web.HTTPException as error:
                 response = web.json_response({"error": error.reason}, status=error.status)
             key = (request.method, response.status)
@@ -197,6 +201,28 @@ class HttpApi(FluxApi, RestApi):
             return response
 
         return endpoint
+
+    async def _body(self, request: web.Request) -> bytes:
+        """The request's body, once it has all arrived (most have, with their headers)."""
+        if request.content.is_eof():
+            return await request.read()
+        try:
+            async with asyncio.timeout(self._body_timeout_s):
+                return await request.read()
+        except ConnectionResetError:
+            # The client went away before its body arrived; nobody reads this.
+            raise HttpError(400, "the body did not arrive", field="body") from None
+        except HttpProcessingError as error:  # e.g. a connection closed short of its length
+            problem = " ".join(str(error.message).split())
+            raise HttpError(400, f"malformed request body: {problem}", field="body") from None
+        except TimeoutError:
+            # Also a chunked body whose later chunk is malformed: aiohttp's parser then waits
+            # for the body's end, which never comes.
+            raise HttpError(
+                408,
+                f"the request body did not arrive within {self._body_timeout_s:g} s",
+                field="body",
+            ) from None
 
     async def _get_metrics(self, request: web.Request) -> web.Response:
         try:

@@ -95,5 +95,11 @@ def _exception_of(exc_info: Any) -> BaseException | None:
 
 
 def _client_error(error: BaseException | None) -> bool:
-    """A request the client got wrong (aiohttp's parse errors answer 4xx), not a server fault."""
-    return isinstance(error, HttpProcessingError) and 400 <= (error.code or 0) < 500
+    """A request the parser refused (aiohttp answers those with the error's 4xx), not a server
+    fault: caught where aiohttp feeds its parser (``data_received``). The same kind of error
+    raised out of a handler is answered 500 and stays a traceback (were aiohttp's function
+    renamed, every such record would pass unchanged: tracebacks again, nothing hidden)."""
+    if not isinstance(error, HttpProcessingError) or not 400 <= (error.code or 0) < 500:
+        return False
+    caught_in = error.__traceback__
+    return caught_in is not None and caught_in.tb_frame.f_code.co_name == "data_received"

@@ -394,3 +394,39 @@ def test_the_controller_port_logs_a_malformed_request_as_one_line(
         log = log_file.read().decode(errors="replace")
     assert "Error handling request" not in log and "Traceback" not in log, log[-3000:]
     assert "flux.controller.http" in log and "malformed HTTP request from 127.0.0.1" in log, log
+
+
+def test_a_body_that_stops_arriving_is_answered_408_and_closed(tmp_path) -> None:
+    """Headers in, body never complete: after ``broker.request_timeout_ms`` the request is
+    answered 408 naming the body and the connection closed (before, the handler waited
+    for ever). A chunked body whose later chunk is malformed is the same to aiohttp's parser."""
+    with running_cluster(tmp_path, 1, broker={"request_timeout_ms": 1500}) as (node,):
+        host, port = node.ready["broker_http"].rsplit(":", 1)
+        log_before = node.log_path.stat().st_size
+        head = b"POST /publish HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        short = head + b"Content-Length: 100\r\n\r\n" + b'{"topic": "t", '
+        chunked = head + b'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n'
+        for first, later in ((short, b""), (chunked, b"zz\r\n")):
+            with socket.create_connection((host, int(port)), timeout=15) as connection:
+                started = time.monotonic()
+                connection.sendall(first)
+                if later:
+                    # Parsed apart from the headers (the case at issue); nothing to wait for.
+                    time.sleep(0.2)
+                    connection.sendall(later)
+                answer = b""
+                while b'"}' not in answer:  # the end of the JSON answer
+                    chunk = connection.recv(65536)
+                    assert chunk, answer
+                    answer += chunk
+                took = time.monotonic() - started
+            assert answer.split(b" ", 2)[1] == b"408", answer[:300]
+            # Not reused: closed once aiohttp has read the rest of the body (10 s at most).
+            assert b"Connection: close" in answer, answer[:300]
+            assert b'"field": "body"' in answer and b"did not arrive within 1.5 s" in answer
+            assert 1.0 < took < 10.0, took
+        assert call(node, "GET", "/ping") == (200, {"pong": True})
+        with node.log_path.open("rb") as log_file:
+            log_file.seek(log_before)
+            log = log_file.read().decode(errors="replace")
+        assert "Traceback" not in log, log[-3000:]
