@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.log import server_logger
 from flux.protocol.errors import ErrorCode
 
 from . import handlers, security
@@ -142,7 +143,7 @@ class ControllerService:
         """``http_logger``: what aiohttp's request handler logs to (its own by default; the
         node passes one that logs a malformed request as one line, not a traceback)."""
         self.settings = settings
-        self._http_logger = http_logger
+        self._http_logger = http_logger or server_logger
         self._rng = rng or random.Random()
         self._quorum: MetadataQuorum | None = None
         self._runner: web.AppRunner | None = None
@@ -216,8 +217,7 @@ class ControllerService:
                 web.delete("/controller/subscriptions/{id}", self._json(self._delete_subscription)),
             ]
         )
-        logger = {} if self._http_logger is None else {"logger": self._http_logger}
-        self._runner = web.AppRunner(app, access_log=None, **logger)
+        self._runner = web.AppRunner(app, access_log=None, logger=self._http_logger)
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,

@@ -41,6 +41,7 @@ from .common import INTERNAL_TOPICS, HttpError, parse_json_object
 from .flux_api import FluxApi
 from .forward_link import LINK_PATH, ForwardLinks
 from .group_commit import GroupCommit
+from .malformed import problem_of
 from .metrics import CONTENT_TYPE, BrokerMetrics
 from .rest import RestApi
 
@@ -213,8 +214,9 @@ class HttpApi(FluxApi, RestApi):
             # The client went away before its body arrived; nobody reads this.
             raise HttpError(400, "the body did not arrive", field="body") from None
         except HttpProcessingError as error:  # e.g. a connection closed short of its length
-            problem = " ".join(str(error.message).split())
-            raise HttpError(400, f"malformed request body: {problem}", field="body") from None
+            raise HttpError(
+                400, f"malformed request body: {problem_of(error)}", field="body"
+            ) from None
         except TimeoutError:
             # Also a chunked body whose later chunk is malformed: aiohttp's parser then waits
             # for the body's end, which never comes.

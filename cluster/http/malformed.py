@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp.http_exceptions import HttpProcessingError
 
-__all__ = ["MALFORMED_LOG_INTERVAL_S", "MalformedRequestLog"]
+__all__ = ["MALFORMED_LOG_INTERVAL_S", "MalformedRequestLog", "problem_of"]
 
 #: The shortest time between two log lines about malformed requests.
 MALFORMED_LOG_INTERVAL_S = 10.0
@@ -67,7 +67,7 @@ class MalformedRequestLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         self._last_line = now
         left_out, self._left_out = self._left_out, 0
         peer = args[0] if args else None
-        problem = " ".join(str(error.message or type(error).__name__).split())
+        problem = problem_of(error)
         if len(problem) > MAX_PROBLEM_CHARS:
             problem = problem[:MAX_PROBLEM_CHARS] + "..."
         more = f" ({left_out} more since the last such line)" if left_out else ""
@@ -81,6 +81,11 @@ class MalformedRequestLog(logging.LoggerAdapter):  # type: ignore[type-arg]
             problem,
             more,
         )
+
+
+def problem_of(error: HttpProcessingError) -> str:
+    """What the parser found wrong, on one line (its messages quote the bytes over several)."""
+    return " ".join(str(error.message or type(error).__name__).split())
 
 
 def _exception_of(exc_info: Any) -> BaseException | None:

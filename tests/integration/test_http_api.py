@@ -356,6 +356,13 @@ def _answer_to(address: str, payload: bytes) -> bytes:
     return answer
 
 
+def _log_since(node: NodeProcess, offset: int) -> str:
+    """What the node logged after ``offset`` bytes (``log_path.stat().st_size`` earlier)."""
+    with node.log_path.open("rb") as log_file:
+        log_file.seek(offset)
+        return log_file.read().decode(errors="replace")
+
+
 def test_malformed_requests_get_400_one_log_line_and_a_count(nodes: list[NodeProcess]) -> None:
     """Each malformed request is answered 400 and counted; the log gets one WARNING line for
     them (rate-limited), never aiohttp's ERROR with a traceback each; the broker serves on."""
@@ -371,9 +378,7 @@ def test_malformed_requests_get_400_one_log_line_and_a_count(nodes: list[NodePro
         assert answer.split(b" ", 2)[1] == b"400", answer[:200]
     assert call(node, "GET", "/ping") == (200, {"pong": True})
     assert malformed() - counted_before == 4 * 5
-    with node.log_path.open("rb") as log_file:
-        log_file.seek(log_before)
-        log = log_file.read().decode(errors="replace")
+    log = _log_since(node, log_before)
     assert "Error handling request" not in log and "Traceback" not in log, log[-3000:]
     lines = [line for line in log.splitlines() if "malformed HTTP request from 127.0.0.1" in line]
     assert 1 <= len(lines) <= 3, lines  # one per 10 s at most
@@ -389,9 +394,7 @@ def test_the_controller_port_logs_a_malformed_request_as_one_line(
         answer = _answer_to(node.ready["controller_http"], payload)
         assert answer.split(b" ", 2)[1] == b"400", answer[:200]
     assert call(node, "GET", "/health")[0] == 200
-    with node.log_path.open("rb") as log_file:
-        log_file.seek(log_before)
-        log = log_file.read().decode(errors="replace")
+    log = _log_since(node, log_before)
     assert "Error handling request" not in log and "Traceback" not in log, log[-3000:]
     assert "flux.controller.http" in log and "malformed HTTP request from 127.0.0.1" in log, log
 
@@ -426,7 +429,5 @@ def test_a_body_that_stops_arriving_is_answered_408_and_closed(tmp_path) -> None
             assert b'"field": "body"' in answer and b"did not arrive within 1.5 s" in answer
             assert 1.0 < took < 10.0, took
         assert call(node, "GET", "/ping") == (200, {"pong": True})
-        with node.log_path.open("rb") as log_file:
-            log_file.seek(log_before)
-            log = log_file.read().decode(errors="replace")
+        log = _log_since(node, log_before)
         assert "Traceback" not in log, log[-3000:]
