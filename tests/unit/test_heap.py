@@ -31,7 +31,9 @@ def test_freeze_and_release_follow_the_images() -> None:
         watched = weakref.ref(kept[0])
         before = gc.get_freeze_count()
         policy.after_image(opened=FREEZE_AFTER_OPENED - 1, removed=0)
-        assert gc.get_freeze_count() == before  # a small image changes nothing
+        # A small image freezes nothing: a freeze would add at least the 1,000 new objects,
+        # while frozen objects that die meanwhile (another thread's) only lower the count.
+        assert gc.get_freeze_count() <= before
         policy.after_image(opened=FREEZE_AFTER_OPENED, removed=0)
         assert gc.get_freeze_count() >= before + 1000  # the new objects are frozen too
 
