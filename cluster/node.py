@@ -167,6 +167,7 @@ class Node:
                 ssl_context=self.internal.server_ssl,
                 middlewares=tuple(self.internal.middlewares()),
                 internal=self.internal,
+                body_timeout_ms=config.broker.request_timeout_ms,
             ),
             http_logger=MalformedRequestLog(logging.getLogger("flux.controller.http")),
         )
@@ -255,6 +256,7 @@ class Node:
             credentials=credentials,
             authorization=apis.authorization,
             image=lambda: replicas.image,
+            body_timeout_s=http_api.body_timeout_s,
         )
         # The web console mounts on this server and reads through the HTTP API (the node is
         # where the parts are assembled: flux.console imports flux.cluster.http, not back).

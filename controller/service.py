@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.log import server_logger
 from flux.protocol.errors import ErrorCode
 
@@ -109,6 +110,10 @@ class ControllerSettings:
     #: How this controller calls another one (``cluster.internal_security.InternalSecurity``:
     #: ``url()``, ``ssl``); None: plain HTTP. Used to check a controller before adding it.
     internal: Any = None
+    #: How long a request's body may take to arrive once its headers have (the node's
+    #: ``broker.request_timeout_ms``); later the request is answered 408 and its connection
+    #: closed, so a client that stops sending holds nothing.
+    body_timeout_ms: int = 30_000
 
     @property
     def self_voter(self) -> VoterAddress:
@@ -124,6 +129,10 @@ class _Session:
 
 class _BadRequest(Exception):
     """A request body that is not what the endpoint takes (HTTP 400)."""
+
+
+class _BodyTimeout(Exception):
+    """A request body that did not all arrive in time (HTTP 408)."""
 
 
 class _NotController(Exception):
@@ -308,17 +317,39 @@ class ControllerService:
             )
             return result, image
 
+    async def _json_body(self, request: web.Request) -> Any:
+        """The decoded body, read within ``body_timeout_ms`` once it has not all come with
+        the headers: a body that stops arriving (also a chunked one whose later chunk is
+        malformed, which aiohttp's parser leaves waiting) is ``_BodyTimeout``, one cut short
+        or refused by the parser ``_BadRequest``."""
+        timeout_s = self.settings.body_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(None if request.content.is_eof() else timeout_s):
+                raw = await request.read()
+        except TimeoutError:
+            raise _BodyTimeout(f"the request body did not arrive within {timeout_s:g} s") from None
+        except (ConnectionResetError, HttpProcessingError) as error:
+            raise _BadRequest(f"the request body did not arrive whole: {error!r}") from None
+        try:
+            return json.loads(raw.decode(request.charset or "utf-8"))
+        except LookupError:
+            raise _BadRequest(f"unknown charset {request.charset!r}") from None
+
     def _json(
         self, handler: Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def endpoint(request: web.Request) -> web.Response:
             try:
-                body = await request.json() if request.can_read_body else {}
+                body = await self._json_body(request) if request.can_read_body else {}
                 if not isinstance(body, dict):
                     raise _BadRequest("the body must be a JSON object")
                 answer = await handler(request, body)
-            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
                 return _error(400, ErrorCode.INVALID_REQUEST, f"invalid JSON: {error}")
+            except _BodyTimeout as error:
+                response = _error(408, ErrorCode.REQUEST_TIMED_OUT, str(error))
+                response.force_close()  # the rest of the body may still come
+                return response
             except _BadRequest as error:
                 return _error(400, ErrorCode.INVALID_REQUEST, str(error))
             except InvalidRecordError as error:

@@ -19,6 +19,7 @@ reads)::
     ├── InvalidModeError                (422, 42204)
     ├── OperationNotPermittedError      (422, 42205: the subject or registry is READONLY)
     ├── BadRequestError                 (400, 400)
+    ├── RequestTimeoutError             (408, 408: the body did not arrive in time)
     ├── StoreTimeoutError               (500, 50002)
     └── ForwardingError                 (500, 50003: the writer could not be reached)
 """
@@ -36,6 +37,7 @@ __all__ = [
     "OperationNotPermittedError",
     "ReferenceExistsError",
     "RegistryError",
+    "RequestTimeoutError",
     "SchemaNotFoundError",
     "StoreTimeoutError",
     "SubjectConfigNotFoundError",
@@ -122,6 +124,10 @@ class OperationNotPermittedError(RegistryError):
 
 class BadRequestError(RegistryError):
     status, error_code = 400, 400
+
+
+class RequestTimeoutError(RegistryError):
+    status, error_code = 408, 408
 
 
 class StoreTimeoutError(RegistryError):

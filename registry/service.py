@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from flux.cluster.http.common import INTERNAL_TOPICS, HttpError
+from flux.cluster.http.common import INTERNAL_TOPICS, HttpError, answer_closing, read_body
 from flux.cluster.replication.partition import Partition
 from flux.cluster.replication.peers import FORWARDED_HEADER, PeerUnavailableError
 from flux.cluster.replication.reads import committed_records
@@ -42,6 +42,7 @@ from .errors import (
     InvalidCompatibilityLevelError,
     InvalidSchemaError,
     RegistryError,
+    RequestTimeoutError,
     SchemaNotFoundError,
     StoreTimeoutError,
     SubjectConfigNotFoundError,
@@ -149,7 +150,7 @@ class SchemaRegistry:
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
             try:
-                body = await _body(request)
+                body = await _body(request, self._api.body_timeout_s)
                 if write:
                     forwarded = await self._forward_write(request, body)
                     if forwarded is not None:
@@ -160,7 +161,7 @@ class SchemaRegistry:
                 else:
                     result = await handle(request, body)
             except RegistryError as error:
-                return _json(error.body(), status=error.status)
+                return answer_closing(_json(error.body(), status=error.status), error.status)
             return _json(result)
 
         return endpoint
@@ -557,10 +558,18 @@ def _bytes(message: dict[str, Any], name: str) -> bytes | None:
     return base64.b64decode(encoded)
 
 
-async def _body(request: web.Request) -> Any:
+async def _body(request: web.Request, timeout_s: float) -> Any:
+    """The decoded JSON body of a POST or PUT (``{}`` when empty), read as the broker's JSON
+    routes read theirs: a body still incomplete after ``timeout_s`` is a 408 (and closes the
+    connection), one cut short a 400."""
     if request.method not in ("POST", "PUT"):
         return None
-    raw = await request.read()
+    try:
+        raw = await read_body(request, timeout_s)
+    except HttpError as error:
+        if error.status == 408:
+            raise RequestTimeoutError(str(error)) from None
+        raise BadRequestError(str(error)) from None
     if len(raw) > MAX_BODY_BYTES:
         raise BadRequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes")
     if not raw.strip():

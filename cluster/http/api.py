@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from ..groups.coordinator import GroupCoordinator
 from ..groups.offsets_client import OffsetsClient, OffsetsUnavailableError
@@ -37,11 +36,10 @@ from ..kafka.apis import KafkaApis
 from ..replication.peers import BrokerPeers
 from ..replication.replica_manager import ReplicaManager
 from ..transactions.coordinator import MARKERS_PATH
-from .common import INTERNAL_TOPICS, HttpError, parse_json_object
+from .common import INTERNAL_TOPICS, HttpError, answer_closing, parse_json_object, read_body
 from .flux_api import FluxApi
 from .forward_link import LINK_PATH, ForwardLinks
 from .group_commit import GroupCommit
-from .malformed import problem_of
 from .metrics import CONTENT_TYPE, BrokerMetrics
 from .rest import RestApi
 
@@ -66,7 +64,7 @@ class HttpApi(FluxApi, RestApi):
         have (``broker.request_timeout_ms``); later, the request is answered 408 and its
         connection closed, so a client that stops sending does not hold a handler forever."""
         self._replicas = replicas
-        self._body_timeout_s = body_timeout_s
+        self.body_timeout_s = body_timeout_s
         self._apis = apis
         self._groups = groups
         self._peers = peers
@@ -183,14 +181,13 @@ class HttpApi(FluxApi, RestApi):
             try:
                 body: dict[str, Any] = {}
                 if request.method in ("POST", "PUT", "PATCH") and request.body_exists:
-                    body = parse_json_object(await self._body(request), request.charset)
+                    body = parse_json_object(
+                        await read_body(request, self.body_timeout_s), request.charset
+                    )
                 answer = await handler(request, body)
                 response = answer if isinstance(answer, web.Response) else web.json_response(answer)
             except HttpError as error:
-                response = error.response()
-                if error.status == 408:
-                    # The rest of the body may still come: this connection cannot be reused.
-                    response.force_close()
+                response = answer_closing(error.response(), error.status)
             except web.HTTPException as error:
                 response = web.json_response({"error": error.reason}, status=error.status)
             key = (request.method, response.status)
@@ -202,29 +199,6 @@ class HttpApi(FluxApi, RestApi):
             return response
 
         return endpoint
-
-    async def _body(self, request: web.Request) -> bytes:
-        """The request's body, once it has all arrived (most have, with their headers)."""
-        if request.content.is_eof():
-            return await request.read()
-        try:
-            async with asyncio.timeout(self._body_timeout_s):
-                return await request.read()
-        except ConnectionResetError:
-            # The client went away before its body arrived; nobody reads this.
-            raise HttpError(400, "the body did not arrive", field="body") from None
-        except HttpProcessingError as error:  # e.g. a connection closed short of its length
-            raise HttpError(
-                400, f"malformed request body: {problem_of(error)}", field="body"
-            ) from None
-        except TimeoutError:
-            # Also a chunked body whose later chunk is malformed: aiohttp's parser then waits
-            # for the body's end, which never comes.
-            raise HttpError(
-                408,
-                f"the request body did not arrive within {self._body_timeout_s:g} s",
-                field="body",
-            ) from None
 
     async def _get_metrics(self, request: web.Request) -> web.Response:
         try:

@@ -43,6 +43,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import logging
 import secrets
 from collections import OrderedDict
@@ -53,7 +54,7 @@ from aiohttp import web
 from flux.auth.acl import AclOperation, ResourceType
 
 from ..kafka.sasl import strongest_credential
-from .common import normalize_address
+from .common import HttpError, answer_closing, normalize_address, read_body
 
 __all__ = ["VERIFIED_CACHE_SIZE", "HttpAuthenticator"]
 
@@ -76,7 +77,8 @@ _CLUSTER_CREATE: Permission = (AclOperation.CREATE, ResourceType.CLUSTER, "kafka
 class HttpAuthenticator:
     """Builds the aiohttp middleware. ``credentials(user, mechanism)`` is the broker's
     credential lookup (``cluster.kafka.sasl.ImageCredentials``), ``authorization`` its
-    ``RequestAuthorizer``, ``image()`` its metadata image."""
+    ``RequestAuthorizer``, ``image()`` its metadata image. ``body_timeout_s`` bounds the wait
+    for a body the authorization check reads (``broker.request_timeout_ms``, as the routes')."""
 
     def __init__(
         self,
@@ -85,8 +87,10 @@ class HttpAuthenticator:
         credentials: Callable[[str, str], Any],
         authorization: Any,
         image: Callable[[], Any],
+        body_timeout_s: float = 30.0,
     ) -> None:
         self.required = required
+        self._body_timeout_s = body_timeout_s
         self._credentials = credentials
         self._authorization = authorization
         self._image = image
@@ -114,7 +118,11 @@ class HttpAuthenticator:
             request["principal"] = principal
             if self._authorization.enabled:
                 host = request.remote or ""
-                for need in await self._needs(request):
+                try:
+                    needs = await self._needs(request)
+                except HttpError as error:  # a body that did not arrive, or arrived broken
+                    return answer_closing(error.response(), error.status)
+                for need in needs:
                     if any(self._authorization.allows(principal, host, *p) for p in need):
                         continue
                     operation, kind, name = need[-1]
@@ -189,14 +197,14 @@ class HttpAuthenticator:
                   request.query.getall("group", [])),
             ]  # fmt: skip
         if method == "POST" and path == "/publish":
-            name = (await _body(request)).get("topic")
+            name = (await self._body(request)).get("topic")
             return self._writing(name) if isinstance(name, str) else []
         if method == "POST" and topic is not None and path.endswith("/messages"):
             return self._writing(topic)
         if method == "GET" and topic is not None and path.endswith("/messages"):
             return [((AclOperation.READ, ResourceType.TOPIC, topic),)]
         if method == "POST" and path in ("/subscribe", "/subscrine"):
-            names = (await _body(request)).get("topics")
+            names = (await self._body(request)).get("topics")
             names = [names] if isinstance(names, str) else names
             if not isinstance(names, list):
                 return []
@@ -220,12 +228,12 @@ class HttpAuthenticator:
         if topic is not None and method == "DELETE":
             return [((AclOperation.DELETE, ResourceType.TOPIC, topic),)]
         if method == "POST" and path == "/topics":
-            name = (await _body(request)).get("name")
+            name = (await self._body(request)).get("name")
             return self._creating(name, always=True) if isinstance(name, str) else []
         group = info.get("group")
         if group is not None and method == "POST" and path.endswith("/offsets"):
             # A reset commits the group's offsets: what Kafka's OffsetCommit needs.
-            name = (await _body(request)).get("topic")
+            name = (await self._body(request)).get("topic")
             needs = [((AclOperation.READ, ResourceType.GROUP, group),)]
             if isinstance(name, str):
                 needs.append(((AclOperation.READ, ResourceType.TOPIC, name),))
@@ -233,6 +241,18 @@ class HttpAuthenticator:
         if group is not None:
             return [((AclOperation.DESCRIBE, ResourceType.GROUP, group),)]
         return [cluster]
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        """The JSON object of the body, ``{}`` when there is none or it is not one (the route
+        then answers that itself); the route reads the same bytes again (``read_body``)."""
+        if not request.body_exists:
+            return {}
+        raw = await read_body(request, self._body_timeout_s)
+        try:
+            body = json.loads(raw.decode(request.charset or "utf-8"))
+        except (ValueError, LookupError, RecursionError):
+            return {}
+        return body if isinstance(body, dict) else {}
 
     def _writing(self, name: str) -> list[Need]:
         return [((AclOperation.WRITE, ResourceType.TOPIC, name),), *self._creating(name)]
@@ -248,7 +268,7 @@ class HttpAuthenticator:
         if request.method == "DELETE":
             found = subscriptions.get(request.match_info.get("id", ""))
             return list(found.topics) if found is not None else []
-        body = await _body(request)
+        body = await self._body(request)
         topics = body.get("topics")
         if isinstance(topics, str):
             return [topics]
@@ -290,14 +310,3 @@ def _registry_needs(method: str, path: str, subject: str | None) -> list[Need]:
     if writing:
         return [((AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, "kafka-cluster"),)]
     return [((AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),)]
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    """The JSON body (aiohttp keeps the bytes, so the handler reads it again); {} if none."""
-    if not request.body_exists:
-        return {}
-    try:
-        body = await request.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}

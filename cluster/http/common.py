@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.partitioner import partition_for_key
 from flux.protocol.records import Header, build_batch
@@ -33,9 +34,17 @@ from ..topics import InvalidTopicError, validate_topic_name
 from .dedup import MAX_ID_BYTES, MESSAGE_ID_HEADER, message_id_of
 from .forward_link import ForwardLinks
 from .group_commit import GroupCommit
+from .malformed import problem_of
 from .metrics import BrokerMetrics
 
-__all__ = ["INTERNAL_TOPICS", "HttpApiBase", "HttpError", "message_json", "parse_json_object"]
+__all__ = [
+    "INTERNAL_TOPICS",
+    "HttpApiBase",
+    "HttpError",
+    "message_json",
+    "parse_json_object",
+    "read_body",
+]
 
 #: ``GET /topics/{t}`` and ``GET /topics/{t}/partitions/{p}/messages`` as brokers call them on
 #: each other (under the node credential: ``cluster.internal_security``).
@@ -111,6 +120,47 @@ def _put_bytes(target: dict[str, Any], name: str, data: bytes | None) -> None:
     except UnicodeDecodeError:
         target[name] = None
         target[name + "_base64"] = base64.b64encode(data).decode()
+
+
+# -- request bodies ---------------------------------------------------------------------------
+
+
+async def read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The request's body, once it has all arrived (most have, with their headers, and skip
+    the timer); read again, the same bytes (aiohttp keeps them).
+
+    Every reader of a body on the broker's port goes through here (the JSON routes, the
+    authorization middleware, the schema registry), so none waits for ever:
+
+    - a body still incomplete after ``timeout_s`` (``broker.request_timeout_ms``) is
+      ``HttpError(408)``, and its answer must close the connection (the rest of the body may
+      still come): ``answer_closing``. A chunked body whose later chunk is malformed is this
+      case too: aiohttp's parser then waits for a body end that never comes;
+    - a body cut short (the client closed) or refused by the parser is ``HttpError(400)``,
+      not a 500 with a traceback.
+    """
+    if request.content.is_eof():
+        return await request.read()
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except ConnectionResetError:
+        # The client went away before its body arrived; nobody reads this.
+        raise HttpError(400, "the body did not arrive", field="body") from None
+    except HttpProcessingError as error:  # e.g. a connection closed short of its length
+        raise HttpError(400, f"malformed request body: {problem_of(error)}", field="body") from None
+    except TimeoutError:
+        raise HttpError(
+            408, f"the request body did not arrive within {timeout_s:g} s", field="body"
+        ) from None
+
+
+def answer_closing(response: web.StreamResponse, status: int) -> web.StreamResponse:
+    """``response``, set to close its connection when ``status`` is 408: the one answer given
+    while a body may still be arriving, so the connection cannot carry another request."""
+    if status == 408:
+        response.force_close()
+    return response
 
 
 # -- input validation (pure) ------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -97,8 +98,8 @@ class SubscriberServer:
         return f"ws://127.0.0.1:{self.port}/ws"
 
     async def _close_sockets(self) -> None:
-        for socket in list(self._sockets):
-            await socket.close()
+        for ws in list(self._sockets):
+            await ws.close()
 
     def start(self) -> Self:
         self.port = free_port()
@@ -224,3 +225,31 @@ def create_everywhere(
         while call(node, "GET", f"/topics/{name}")[0] != 200:
             assert time.monotonic() < deadline, f"{name} not visible on node {node.node_id}"
             time.sleep(0.05)
+
+
+def stalled_bodies(
+    address: str, path: str, headers: str = ""
+) -> Iterator[tuple[bytes, bytes, float]]:
+    """``(status, answer, seconds)`` of two POSTs to ``path`` whose bodies stop arriving: one
+    short of its Content-Length, one chunked whose second chunk is malformed. ``headers``: more
+    header lines, each ending in CRLF."""
+    host, port = address.rsplit(":", 1)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}".encode()
+    )
+    short = head + b"Content-Length: 100\r\n\r\n" + b'{"topic": "t", '
+    chunked = head + b'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n'
+    for first, later in ((short, b""), (chunked, b"zz\r\n")):
+        with socket.create_connection((host, int(port)), timeout=15) as connection:
+            started = time.monotonic()
+            connection.sendall(first)
+            if later:
+                # Parsed apart from the headers (the case at issue); nothing to wait for.
+                time.sleep(0.2)
+                connection.sendall(later)
+            answer = b""
+            while b"}" not in answer.partition(b"\r\n\r\n")[2]:  # the end of the JSON answer
+                chunk = connection.recv(65536)
+                assert chunk, answer
+                answer += chunk
+            yield answer.split(b" ", 2)[1], answer, time.monotonic() - started

@@ -18,6 +18,7 @@ from tests.integration.http_helpers import (
     metrics_text,
     read_messages,
     running_cluster,
+    stalled_bodies,
 )
 
 pytestmark = pytest.mark.integration
@@ -402,32 +403,23 @@ def test_the_controller_port_logs_a_malformed_request_as_one_line(
 def test_a_body_that_stops_arriving_is_answered_408_and_closed(tmp_path) -> None:
     """Headers in, body never complete: after ``broker.request_timeout_ms`` the request is
     answered 408 naming the body and the connection closed (before, the handler waited
-    for ever). A chunked body whose later chunk is malformed is the same to aiohttp's parser."""
+    for ever). A chunked body whose later chunk is malformed is the same to aiohttp's parser.
+    Every reader of bodies on a node's ports: the JSON routes, the schema registry, the
+    controller's port."""
     with running_cluster(tmp_path, 1, broker={"request_timeout_ms": 1500}) as (node,):
-        host, port = node.ready["broker_http"].rsplit(":", 1)
+        targets = (
+            (node.ready["broker_http"], "/publish", b'"field": "body"'),
+            (node.ready["broker_http"], "/schemas/subjects/s-value/versions", b'"error_code": 408'),
+            (node.ready["controller_http"], "/controller/topics", b'"error_code": 7'),
+        )
         log_before = node.log_path.stat().st_size
-        head = b"POST /publish HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        short = head + b"Content-Length: 100\r\n\r\n" + b'{"topic": "t", '
-        chunked = head + b'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n'
-        for first, later in ((short, b""), (chunked, b"zz\r\n")):
-            with socket.create_connection((host, int(port)), timeout=15) as connection:
-                started = time.monotonic()
-                connection.sendall(first)
-                if later:
-                    # Parsed apart from the headers (the case at issue); nothing to wait for.
-                    time.sleep(0.2)
-                    connection.sendall(later)
-                answer = b""
-                while b'"}' not in answer:  # the end of the JSON answer
-                    chunk = connection.recv(65536)
-                    assert chunk, answer
-                    answer += chunk
-                took = time.monotonic() - started
-            assert answer.split(b" ", 2)[1] == b"408", answer[:300]
-            # Not reused: closed once aiohttp has read the rest of the body (10 s at most).
-            assert b"Connection: close" in answer, answer[:300]
-            assert b'"field": "body"' in answer and b"did not arrive within 1.5 s" in answer
-            assert 1.0 < took < 10.0, took
+        for address, path, marker in targets:
+            for status, answer, took in stalled_bodies(address, path):
+                assert status == b"408", (path, answer[:300])
+                # Not reused: closed once aiohttp has read the rest of the body (10 s at most).
+                assert b"Connection: close" in answer, answer[:300]
+                assert marker in answer and b"did not arrive within 1.5 s" in answer, answer
+                assert 1.0 < took < 10.0, (path, took)
         assert call(node, "GET", "/ping") == (200, {"pong": True})
         log = _log_since(node, log_before)
         assert "Traceback" not in log, log[-3000:]

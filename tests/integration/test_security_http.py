@@ -28,6 +28,7 @@ from flux.sdk.schema_registry import SchemaRegistryClient
 from flux.sdk.wire import KafkaConnection
 
 from tests.integration.helpers import list_offset
+from tests.integration.http_helpers import stalled_bodies
 
 pytestmark = pytest.mark.integration
 
@@ -96,6 +97,7 @@ def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodePro
             "super_users": ["User:ANONYMOUS"],
         },
         topic={"partitions": 1, "replication_factor": 1},
+        broker={"request_timeout_ms": 1500},
     )
     admin = _alice_may(
         node,
@@ -161,6 +163,16 @@ def test_http_api_needs_credentials_and_acls(node_factory: Callable[..., NodePro
     )
     assert registry.versions("orders-value") == [1]
     assert _call(node, "PUT", "/schemas/config", {"compatibility": "NONE"}, user="alice")[0] == 403
+    # A body the authorization check reads that stops arriving: 408 once
+    # broker.request_timeout_ms has passed, and the connection closed (it waited for ever).
+    token = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    for status, answer, took in stalled_bodies(
+        node.ready["broker_http"], "/publish", f"Authorization: Basic {token}\r\n"
+    ):
+        assert status == b"408", answer[:300]
+        assert b"Connection: close" in answer and b'"field": "body"' in answer, answer
+        assert 1.0 < took < 10.0, took
+    assert _call(node, "GET", "/topics/orders", user="alice")[0] == 200
     # Secrets are nowhere: not in the log, not in /metrics.
     metrics = (
         urllib.request.urlopen(f"http://{node.ready['broker_http']}/metrics", timeout=10)
