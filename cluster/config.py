@@ -317,6 +317,12 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "message_max_bytes": _Key(1048588, _int(1024), "largest record batch accepted"),
         "socket_request_max_bytes": _Key(104857600, _int(1024), "largest request frame"),
         "max_connections": _Key(1000, _int(1), "client connections accepted at once"),
+        "connections_max_idle_ms": _Key(
+            600000,
+            _int(1),
+            "connections.max.idle.ms: a Kafka or HTTP connection with nothing to do this long "
+            "(no request and no answer owed, or a request stalled part-way) is closed",
+        ),
         "queued_max_request_bytes": _Key(
             104857600,
             _int(1024),

@@ -168,6 +168,7 @@ class Node:
                 middlewares=tuple(self.internal.middlewares()),
                 internal=self.internal,
                 body_timeout_ms=config.broker.request_timeout_ms,
+                connections_max_idle_ms=config.broker.connections_max_idle_ms,
             ),
             http_logger=MalformedRequestLog(logging.getLogger("flux.controller.http")),
         )
@@ -277,6 +278,7 @@ class Node:
             ssl_context=self.internal.server_ssl,
             middlewares=[*self.internal.middlewares(), *http_auth.middlewares()],
             on_malformed=self.metrics.http_malformed_requests.inc,
+            idle_timeout_s=config.broker.connections_max_idle_ms / 1000,
         )
         await self.http.start()
         self.lifecycle.http_port = self.http.port
@@ -298,6 +300,8 @@ class Node:
                 ),
                 request_budget=request_budget,
                 frame_read_timeout_s=config.broker.request_timeout_ms / 1000,
+                connections_max_idle_s=config.broker.connections_max_idle_ms / 1000,
+                on_idle_close=self.metrics.kafka_idle_connections_closed.labels(listener.name).inc,
             )
             await server.start()
             self.kafka_servers.append(server)

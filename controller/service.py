@@ -114,6 +114,10 @@ class ControllerSettings:
     #: ``broker.request_timeout_ms``); later the request is answered 408 and its connection
     #: closed, so a client that stops sending holds nothing.
     body_timeout_ms: int = 30_000
+    #: A connection waiting this long for a request is closed (aiohttp's keep-alive timer:
+    #: from the connection's start or its last answer; the node's
+    #: ``broker.connections_max_idle_ms``).
+    connections_max_idle_ms: int = 600_000
 
     @property
     def self_voter(self) -> VoterAddress:
@@ -226,7 +230,12 @@ class ControllerService:
                 web.delete("/controller/subscriptions/{id}", self._json(self._delete_subscription)),
             ]
         )
-        self._runner = web.AppRunner(app, access_log=None, logger=self._http_logger)
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            logger=self._http_logger,
+            keepalive_timeout=self.settings.connections_max_idle_ms / 1000,
+        )
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,

@@ -77,6 +77,12 @@ class BrokerMetrics:
             ["api"],
             registry=self.registry,
         )
+        self.kafka_idle_connections_closed = Counter(
+            "flux_kafka_idle_connections_closed",
+            "Kafka connections closed for having nothing to do for broker.connections_max_idle_ms",
+            ["listener"],
+            registry=self.registry,
+        )
         self.gc_pauses = Histogram(
             "flux_gc_pause_seconds",
             "full (generation 2) garbage collections of the node process",

@@ -38,7 +38,12 @@ class ReplicationEndpoint(Protocol):
 
 class BrokerHttpServer:
     """``health`` is a callable returning the JSON document of ``GET /health``;
-    ``on_malformed`` is called for each request the HTTP parser refuses (``malformed``)."""
+    ``on_malformed`` is called for each request the HTTP parser refuses (``malformed``);
+    ``idle_timeout_s`` (``broker.connections_max_idle_ms``) closes a connection that waits that
+    long for a request: idle after its last answer, or trickling a request's headers (aiohttp's
+    keep-alive timer, which runs from the connection's start or its last answer and which no
+    byte of a request short of its headers moves). A request being handled (a WebSocket, a
+    long poll) is not idle."""
 
     def __init__(
         self,
@@ -51,8 +56,10 @@ class BrokerHttpServer:
         ssl_context: Any = None,
         middlewares: list[Any] | None = None,
         on_malformed: Callable[[], None] | None = None,
+        idle_timeout_s: float = 600.0,
     ) -> None:
         self._ssl_context = ssl_context
+        self._idle_timeout_s = idle_timeout_s
         self._middlewares = list(middlewares or [])
         self._host = host
         self._port = port
@@ -75,7 +82,12 @@ class BrokerHttpServer:
                 *self._routes,
             ]
         )
-        self._runner = web.AppRunner(app, access_log=None, logger=self._request_log)
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            logger=self._request_log,
+            keepalive_timeout=self._idle_timeout_s,
+        )
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,

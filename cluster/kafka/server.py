@@ -16,6 +16,13 @@ of filling the node's memory. Without this, every acks=all request held the conn
 for a whole replication round trip and, once requests came faster, they queued for the rest
 of the run.
 
+A connection with nothing to do for ``connections_max_idle_s`` (``broker.connections_max_idle_ms``,
+Kafka's ``connections.max.idle.ms``, 10 minutes by default) is closed: no request read and no
+response written in that time, and no response owed (a long-polling fetch is not idle). A
+request whose bytes stop arriving part-way counts as idle, so neither it nor its connection
+slot (``max_connections``) is held for ever. Clients reconnect on their next request, as they
+do with Kafka.
+
 A connection that sends something we cannot answer (an impossible size, an undecodable frame,
 an unknown API) is logged and closed after the responses already due; every other connection
 is unaffected.
@@ -199,8 +206,12 @@ class KafkaServer:
         security: ListenerSecurity | None = None,
         request_budget: RequestBytesBudget | None = None,
         frame_read_timeout_s: float = 30.0,
+        connections_max_idle_s: float = 600.0,
+        on_idle_close: Callable[[], None] | None = None,
     ) -> None:
         self._handler = handler
+        self._max_idle_s = connections_max_idle_s
+        self._on_idle_close = on_idle_close
         # One budget per node, shared by its listeners; unbounded (what one listener may hold
         # through its connections' limits) when none is given.
         self._request_budget = request_budget or RequestBytesBudget(2**62)
@@ -284,13 +295,22 @@ class KafkaServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, info: ConnectionInfo
     ) -> None:
         responses: asyncio.Queue[bytes | Deferred | None] = asyncio.Queue(MAX_IN_FLIGHT_REQUESTS)
-        sender = asyncio.create_task(_send_in_order(responses, writer))
+
+        def close_idle() -> None:
+            log.debug("closing connection from %s: idle for %g s", info.peer, self._max_idle_s)
+            if self._on_idle_close is not None:
+                self._on_idle_close()
+            writer.close()  # the reader sees the end of the stream
+
+        watch = _IdleWatch(self._max_idle_s, responses, close_idle)
+        sender = asyncio.create_task(_send_in_order(responses, writer, watch))
         try:
-            await self._read_requests(reader, responses, info)
+            await self._read_requests(reader, responses, info, watch)
             # The client is done, or sent something we close on: what is due still goes out.
             await responses.put(_END)
             await sender
         finally:
+            watch.cancel()
             if not sender.done():
                 sender.cancel()
             _cancel_pending(responses)
@@ -301,10 +321,12 @@ class KafkaServer:
         reader: asyncio.StreamReader,
         responses: asyncio.Queue[bytes | Deferred | None],
         info: ConnectionInfo,
+        watch: _IdleWatch,
     ) -> None:
         """Read, decode and handle requests in order, queueing their responses; return when
         the connection is to be closed after them."""
         while True:
+            watch.reading = True
             try:
                 prefix = await reader.readexactly(SIZE_PREFIX)
             except (asyncio.IncompleteReadError, ConnectionError):
@@ -316,7 +338,9 @@ class KafkaServer:
                 return
             # Room for the frame in the node's budget before reading it: while there is none,
             # the frame stays in the socket and the client is slowed down (TCP flow control).
+            watch.reading = False  # waiting for the node's budget is not the client idling
             await self._request_budget.acquire(size)
+            watch.reading, watch.last = True, watch.now()
             try:
                 try:
                     if size <= SLOW_FRAME_BYTES:
@@ -336,6 +360,8 @@ class KafkaServer:
                         self._frame_read_timeout_s,
                     )
                     return
+                watch.reading = False
+                watch.last = watch.now()
                 keep_open = await self._serve_frame(frame, responses, info)
                 del frame  # not held while the next request is awaited
                 if not keep_open:
@@ -448,18 +474,79 @@ _END = b"<end of connection>"
 
 
 async def _send_in_order(
-    responses: asyncio.Queue[bytes | Deferred | None], writer: asyncio.StreamWriter
+    responses: asyncio.Queue[bytes | Deferred | None],
+    writer: asyncio.StreamWriter,
+    watch: _IdleWatch,
 ) -> None:
     """Write each response once ready, in the order the requests came."""
     while True:
         response = await responses.get()
         if response is _END:
             return
+        watch.sending = True
         if isinstance(response, Deferred):
             response = await response.task
         if response is not None:
             writer.write(response)
             await writer.drain()
+        watch.sending = False
+        watch.last = watch.now()
+
+
+class _IdleWatch:
+    """Calls ``close()`` once a connection has had nothing to do for ``idle_s``: its reader
+    waiting for a request's bytes (``reading``), no response being sent (``sending``) or
+    queued, and the last request read or response written (``last``) ``idle_s`` ago.
+
+    One timer per connection, moved only when it fires (to ``last + idle_s``), so a request
+    costs two clock reads and a few attribute writes, not a timer each."""
+
+    __slots__ = (
+        "_close",
+        "_handle",
+        "_idle_s",
+        "_loop",
+        "_responses",
+        "last",
+        "reading",
+        "sending",
+    )
+
+    def __init__(
+        self,
+        idle_s: float,
+        responses: asyncio.Queue[bytes | Deferred | None],
+        close: Callable[[], None],
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._idle_s = idle_s
+        self._responses = responses
+        self._close = close
+        self.reading = True
+        self.sending = False
+        self.last = self._loop.time()
+        self._handle: asyncio.TimerHandle | None = self._loop.call_at(
+            self.last + idle_s, self._check
+        )
+
+    def now(self) -> float:
+        return self._loop.time()
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        idle = self.reading and not self.sending and self._responses.empty()
+        if idle and now - self.last >= self._idle_s:
+            self._handle = None
+            self._close()
+            return
+        # Busy: idle at the earliest ``idle_s`` after it ends, which is after now.
+        due = self.last + self._idle_s if idle else now + self._idle_s
+        self._handle = self._loop.call_at(due, self._check)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 def _cancel_pending(responses: asyncio.Queue[bytes | Deferred | None]) -> None:
