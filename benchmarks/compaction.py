@@ -408,6 +408,43 @@ def _metrics(nodes: list[NodeProcess]) -> dict[str, float]:
     return totals
 
 
+def _log_why_no_clean(nodes: list[NodeProcess], bootstrap: str, topic: str) -> None:
+    """What tells a starved cleaner from one that saw nothing to clean: the topic's
+    min.compaction.lag.ms as the brokers describe it, each node's child processes (the
+    cleaner's worker: CPU seconds and niceness from ``/proc``) and the end of each node's log."""
+    from confluent_kafka.admin import ConfigResource
+
+    try:
+        resource_ = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        admin = _admin(bootstrap)  # held until the result is in: a dropped client cancels it
+        entries = admin.describe_configs([resource_])[resource_].result(timeout=30)
+        _log(f"  {topic} min.compaction.lag.ms = {entries['min.compaction.lag.ms'].value}")
+    except Exception as error:  # noqa: BLE001 - a diagnostic must not hide the figures
+        _log(f"  describing {topic} failed: {error}")
+    ticks = os.sysconf("SC_CLK_TCK")
+    for node in nodes:
+        children: list[str] = []
+        pid = node.pid
+        try:
+            child_pids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            child_pids = []
+        for child in child_pids:
+            try:
+                fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            cpu_s = (int(fields[11]) + int(fields[12])) / ticks
+            children.append(f"pid {child} cpu {cpu_s:.2f} s nice {fields[16]}")
+        _log(f"  node {node.node_id}: children {children or 'none'}")
+        try:
+            tail = node.log_path.read_text(errors="replace").splitlines()[-15:]
+        except OSError:
+            tail = []
+        for line in tail:
+            _log(f"    {line}")
+
+
 def _admin(bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
@@ -584,6 +621,9 @@ def _cluster_run(args: argparse.Namespace, nodes_count: int, *, cleaner: bool) -
                     break
                 time.sleep(0.2)
                 eventually = _metrics(nodes)
+            if cleaner and eventually["read_bytes"] <= before["read_bytes"]:
+                _log(f"WARNING: no clean installed within {CLEAN_WAIT_S:g} s after the window")
+                _log_why_no_clean(nodes, bootstrap, background)
         finally:
             if producer is not None:
                 _close(producer)  # before the nodes go: no reconnect attempts meanwhile
