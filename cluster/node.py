@@ -49,6 +49,7 @@ from .kafka.server import Deferred, KafkaServer, RequestBytesBudget
 from .launcher import READY_FILE, STATE_FILE, write_json_atomically
 from .metadata.controller_client import ControllerClient
 from .metadata.lifecycle import WAITING_LOG_INTERVAL_S, BrokerLifecycle
+from .open_files import LOW_OPEN_FILE_LIMIT, low_limit_advice, raise_open_file_limit
 from .replication.fetcher import ReplicaFetcherManager
 from .replication.isr import IsrManager
 from .replication.peers import BrokerPeers
@@ -486,6 +487,12 @@ def run_node(config: NodeConfig) -> None:
         level=config.node.log_level,
         format=f"%(asctime)s %(levelname)s %(name)s [node {config.node.id}] %(message)s",
     )
+    # What the JVM does for a Kafka broker: the soft open-file limit up to the hard one.
+    open_files, _ = raise_open_file_limit()
+    if open_files < LOW_OPEN_FILE_LIMIT:
+        log.warning("the open-file limit is low: %s", low_limit_advice(open_files))
+    else:
+        log.info("open-file limit: %d", open_files)
     try:
         import uvloop
     except ImportError:  # uvloop is optional: plain asyncio is correct, only slower

@@ -234,6 +234,7 @@ class _SegmentedLog:
         if self._failure is None:
             self._failure = failure
             self._forget_tail()
+            self._release_descriptors()
             logger.error("%s: %s; the log takes no more reads or writes", self, failure)
             self.on_failure(failure)
         return failure
@@ -244,6 +245,16 @@ class _SegmentedLog:
         if self._failure is None:
             self._failure = failure
             self._forget_tail()
+            self._release_descriptors()
+
+    def _release_descriptors(self) -> None:
+        """A failed log reads and writes nothing more, so its files are closed at once, not at
+        ``close``: a directory that failed because the process ran out of descriptors
+        (``EMFILE``) gets them back, and the node can still accept connections (``/health``,
+        Metadata, heartbeats). The log stays failed, not closed: every use raises its failure."""
+        for segment in self._segments:
+            segment.close()
+        self.txn_index.close()
 
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
@@ -441,6 +452,8 @@ class _SegmentedLog:
         """Headers of stored batches from the one containing ``start_offset`` (default:
         log_start_offset) to the end. Do not modify the log while iterating."""
         self._check_open()
+        if self._failure is not None:  # its files are closed
+            raise LogDirectoryError(self._failure.path, self._failure.cause)
         offset = self._log_start_offset if start_offset is None else start_offset
         for segment in self._segments[self._segment_index(offset) :]:
             yield from segment.batch_infos(offset)

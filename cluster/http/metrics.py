@@ -19,7 +19,13 @@ from typing import Any, Protocol
 
 from flux.controller.image import MetadataImage
 from flux.storage import MemoryLog
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -46,6 +52,9 @@ class BrokerMetrics:
         controller: Callable[[], dict[str, Any] | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        # process_open_fds / process_max_fds, resident memory, CPU seconds, start time: read
+        # from /proc at each scrape (nothing on Linux-less systems).
+        ProcessCollector(registry=self.registry)
         self.http_requests = Counter(
             "flux_http_requests",
             "HTTP API requests by route, method and status",

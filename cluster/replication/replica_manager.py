@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import logging
 import os
+import resource
 import shutil
 import threading
 import time
@@ -71,6 +73,7 @@ from flux.storage.txn_index import AbortedTxn
 
 from ..config import NodeConfig
 from ..http.dedup import MessageIdIndex
+from ..open_files import low_limit_advice
 from ..topics import TopicConfig
 from .partition import Partition
 from .session import FetchSession
@@ -770,11 +773,12 @@ class ReplicaManager:
             "log directory %s is offline after an I/O error%s: %s. Its %d replica(s) are "
             "offline (KAFKA_STORAGE_ERROR) and this broker asks the controller to fence it, so "
             "their leadership moves to the other in-sync replicas; nothing more is written "
-            "there. Free space or fix the disk, then restart the node.",
+            "there. %s.",
             self._data_dir,
             f" ({what})" if what else "",
             failure,
             offline,
+            _remedy(failure),
         )
         for listener in self._offline_listeners:
             try:
@@ -1068,3 +1072,19 @@ def _stored_control_type(partition_log: PartitionLog | MemoryLog, info: BatchInf
     except (CorruptRecordError, OffsetOutOfRangeError, OSError):
         log.warning("control batch at %d unreadable: no transaction ended there", info.base_offset)
         return None
+
+
+def _remedy(failure: LogDirectoryError) -> str:
+    """What the operator does about ``failure``: the disk is fine when the process (EMFILE) or
+    the system (ENFILE) ran out of file descriptors."""
+    if failure.errno == errno.EMFILE:
+        limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (
+            f"The disk is fine: this process ran out of file descriptors; {low_limit_advice(limit)}"
+        )
+    if failure.errno == errno.ENFILE:
+        return (
+            "The disk is fine: the system's file table is full (fs.file-max); raise it or "
+            "stop what holds the files, then restart the node"
+        )
+    return "Free space or fix the disk, then restart the node"

@@ -160,6 +160,39 @@ def test_a_failed_write_fails_the_log_and_keeps_what_was_written(
     reopened.close()
 
 
+def test_a_failed_log_closes_its_files_at_once(tmp_path: Path, faulty_os: FaultyOs) -> None:
+    """Failed, whether by its own error or its directory's, a log gives its descriptors back
+    without waiting for ``close`` (a directory failed by EMFILE would otherwise keep the
+    process out of descriptors), and keeps refusing with its failure."""
+    own = PartitionLog.open(tmp_path / "own", LogConfig(segment_bytes=1024))
+    other = PartitionLog.open(tmp_path / "other", LogConfig(segment_bytes=1024))
+    for log in (own, other):
+        while log.segment_count < 3:  # a few segments each
+            log.append(storage_batch(4))
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = descriptors()
+    faulty_os.fail["write"] = errno.EMFILE
+    with pytest.raises(LogDirectoryError) as raised:
+        own.append(storage_batch(1))
+    assert raised.value.errno_name == "EMFILE"
+    assert descriptors() <= before - own.segment_count
+    del faulty_os.fail["write"]
+    other.fail(raised.value)
+    assert descriptors() <= before - own.segment_count - other.segment_count
+    for log in (own, other):
+        with pytest.raises(LogDirectoryError):
+            log.read(0, 100)
+        with pytest.raises(LogDirectoryError):
+            list(log.batch_infos())
+        log.close()  # closing again is harmless
+    reopened = PartitionLog.open(tmp_path / "own", LogConfig())
+    assert reopened.log_end_offset == own.log_end_offset
+    reopened.close()
+
+
 def test_a_failed_fsync_fails_the_append_that_asked_for_it(
     tmp_path: Path, faulty_os: FaultyOs
 ) -> None:
