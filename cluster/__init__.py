@@ -2,7 +2,8 @@
 
 This package itself: ``node`` (node process assembly: roles, listeners, signals, the ready
 file), ``launcher`` (start, stop and find node processes), ``config`` (the node TOML file and
-``FLUX_`` overrides), ``topics`` (topic configs on a broker).
+``FLUX_`` overrides), ``topics`` (topic configs on a broker), ``open_files`` (the process's
+open-file limit, raised at start).
 
 Subpackages, one responsibility each:
 
