@@ -161,7 +161,7 @@ class SchemaRegistry:
                 else:
                     result = await handle(request, body)
             except RegistryError as error:
-                return answer_closing(_json(error.body(), status=error.status), error.status)
+                return answer_closing(_json(error.body(), status=error.status))
             return _json(result)
 
         return endpoint

@@ -232,9 +232,7 @@ class _SegmentedLog:
         to raise (a later one, e.g. while closing a failed log, is only wrapped)."""
         failure = LogDirectoryError(self._failure_path(), error)
         if self._failure is None:
-            self._failure = failure
-            self._forget_tail()
-            self._release_descriptors()
+            self.fail(failure)
             logger.error("%s: %s; the log takes no more reads or writes", self, failure)
             self.on_failure(failure)
         return failure

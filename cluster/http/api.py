@@ -187,7 +187,7 @@ class HttpApi(FluxApi, RestApi):
                 answer = await handler(request, body)
                 response = answer if isinstance(answer, web.Response) else web.json_response(answer)
             except HttpError as error:
-                response = answer_closing(error.response(), error.status)
+                response = answer_closing(error.response())
             except web.HTTPException as error:
                 response = web.json_response({"error": error.reason}, status=error.status)
             key = (request.method, response.status)

@@ -121,7 +121,7 @@ class HttpAuthenticator:
                 try:
                     needs = await self._needs(request)
                 except HttpError as error:  # a body that did not arrive, or arrived broken
-                    return answer_closing(error.response(), error.status)
+                    return answer_closing(error.response())
                 for need in needs:
                     if any(self._authorization.allows(principal, host, *p) for p in need):
                         continue

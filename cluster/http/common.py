@@ -155,10 +155,10 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
         ) from None
 
 
-def answer_closing(response: web.StreamResponse, status: int) -> web.StreamResponse:
-    """``response``, set to close its connection when ``status`` is 408: the one answer given
-    while a body may still be arriving, so the connection cannot carry another request."""
-    if status == 408:
+def answer_closing(response: web.StreamResponse) -> web.StreamResponse:
+    """``response``, set to close its connection when it is a 408: the one answer given while
+    a body may still be arriving, so the connection cannot carry another request."""
+    if response.status == 408:
         response.force_close()
     return response
 

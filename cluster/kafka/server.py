@@ -499,7 +499,8 @@ class _IdleWatch:
     queued, and the last request read or response written (``last``) ``idle_s`` ago.
 
     One timer per connection, moved only when it fires (to ``last + idle_s``), so a request
-    costs two clock reads and a few attribute writes, not a timer each."""
+    costs three clock reads (its budget granted, its bytes read, its response written) and a
+    few attribute writes, not a timer each."""
 
     __slots__ = (
         "_close",

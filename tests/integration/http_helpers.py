@@ -73,6 +73,16 @@ def metrics_text(node: NodeProcess) -> str:
         return reply.read().decode()
 
 
+def metric_value(node: NodeProcess, name: str) -> float:
+    """The sum of the samples named ``name`` in the node's /metrics, over their labels (0 when
+    there is none)."""
+    total = 0.0
+    for line in metrics_text(node).splitlines():
+        if line.startswith((name + " ", name + "{")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 class SubscriberServer:
     """Serves ``POST /poll`` (``_poll``) and ``GET /ws`` (``_ws``) of a subclass from an event
     loop in a thread of the test; ``start`` binds a free port, ``stop`` closes the WebSockets

@@ -17,7 +17,7 @@ from flux.protocol.errors import ErrorCode
 from flux.sdk.wire import KafkaConnection
 
 from tests.integration.helpers import create_topic, fetch, wait_until
-from tests.integration.http_helpers import metrics_text
+from tests.integration.http_helpers import metric_value
 
 pytestmark = pytest.mark.integration
 
@@ -44,10 +44,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def _idle_closed(node: NodeProcess) -> float:
-    for line in metrics_text(node).splitlines():
-        if line.startswith("flux_kafka_idle_connections_closed_total{"):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return metric_value(node, "flux_kafka_idle_connections_closed_total")
 
 
 def test_kafka_connections_idle_or_stalled_are_closed_and_a_long_fetch_is_not(

@@ -18,7 +18,7 @@ from flux.cluster.launcher import NodeProcess, local_cluster_configs
 from flux.cluster.open_files import LOW_OPEN_FILE_LIMIT
 
 from tests.integration.helpers import wait_until
-from tests.integration.http_helpers import metrics_text
+from tests.integration.http_helpers import metric_value
 
 pytestmark = pytest.mark.integration
 
@@ -36,13 +36,6 @@ def _node_with_limits(root: Path, soft: int, hard: int) -> Iterator[NodeProcess]
         node.stop(timeout_s=10.0)
 
 
-def _metric(node: NodeProcess, name: str) -> float:
-    for line in metrics_text(node).splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
-
-
 def _max_open_files(pid: int | None) -> tuple[int, int]:
     for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
         if line.startswith("Max open files"):
@@ -57,8 +50,8 @@ def test_the_soft_limit_is_raised_to_the_hard_one(tmp_path: Path) -> None:
     hard = 50_000 if hard == resource.RLIM_INFINITY else min(hard, 50_000)
     with _node_with_limits(tmp_path, 256, hard) as node:
         assert _max_open_files(node.pid) == (hard, hard)
-        assert _metric(node, "process_max_fds") == hard
-        assert 0 < _metric(node, "process_open_fds") < hard
+        assert metric_value(node, "process_max_fds") == hard
+        assert 0 < metric_value(node, "process_open_fds") < hard
         log = node.log_path.read_text()
         if hard >= LOW_OPEN_FILE_LIMIT:
             assert f"open-file limit: {hard}" in log and "open-file limit is low" not in log
