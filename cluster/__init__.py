@@ -3,7 +3,8 @@
 This package itself: ``node`` (node process assembly: roles, listeners, signals, the ready
 file), ``launcher`` (start, stop and find node processes), ``config`` (the node TOML file and
 ``FLUX_`` overrides), ``topics`` (topic configs on a broker), ``open_files`` (the process's
-open-file limit, raised at start).
+open-file limit, raised at start), ``connection_limit`` (``broker.max_connections`` on each
+listener, Kafka and HTTP).
 
 Subpackages, one responsibility each:
 

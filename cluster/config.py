@@ -316,7 +316,12 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "auto_create_topics": _Key(True, _bool, "create unknown topics on metadata/produce"),
         "message_max_bytes": _Key(1048588, _int(1024), "largest record batch accepted"),
         "socket_request_max_bytes": _Key(104857600, _int(1024), "largest request frame"),
-        "max_connections": _Key(1000, _int(1), "client connections accepted at once"),
+        "max_connections": _Key(
+            1000,
+            _int(1),
+            "max.connections per listener: connections served at once on each Kafka listener "
+            "and on the HTTP port (clients' and other brokers'); one past it is closed on accept",
+        ),
         "connections_max_idle_ms": _Key(
             600000,
             _int(1),

@@ -40,7 +40,7 @@ from .http.malformed import MalformedRequestLog
 from .http.memory_topics import MemoryTopicCleaner
 from .http.metrics import BrokerMetrics
 from .http.push import PushManager, PushSettings
-from .http.server import BrokerHttpServer
+from .http.server import HTTP_LISTENER, BrokerHttpServer
 from .internal_security import InternalSecurity
 from .kafka.apis import ADVERTISED_VERSIONS, KafkaApis
 from .kafka.producer_ids import ProducerIdManager
@@ -280,8 +280,14 @@ class Node:
             middlewares=[*self.internal.middlewares(), *http_auth.middlewares()],
             on_malformed=self.metrics.http_malformed_requests.inc,
             idle_timeout_s=config.broker.connections_max_idle_ms / 1000,
+            max_connections=config.broker.max_connections,
+            on_refused=self.metrics.connections_refused.labels(HTTP_LISTENER).inc,
         )
         await self.http.start()
+        http_server = self.http
+        self.metrics.connections.labels(HTTP_LISTENER).set_function(
+            lambda: http_server.connection_count
+        )
         self.lifecycle.http_port = self.http.port
         handle = _measured(apis.handle, self.metrics)
         # The listener binds first so the registration carries the real port; requests that
@@ -303,8 +309,12 @@ class Node:
                 frame_read_timeout_s=config.broker.request_timeout_ms / 1000,
                 connections_max_idle_s=config.broker.connections_max_idle_ms / 1000,
                 on_idle_close=self.metrics.kafka_idle_connections_closed.labels(listener.name).inc,
+                on_refused=self.metrics.connections_refused.labels(listener.name).inc,
             )
             await server.start()
+            self.metrics.connections.labels(listener.name).set_function(
+                lambda server=server: server.connection_count
+            )
             self.kafka_servers.append(server)
         self.lifecycle.listeners = [
             (listener.name, listener.advertised_host, listener.advertised_port or server.port)

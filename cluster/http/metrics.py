@@ -22,6 +22,7 @@ from flux.storage import MemoryLog
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     ProcessCollector,
     generate_latest,
@@ -89,6 +90,21 @@ class BrokerMetrics:
         self.kafka_idle_connections_closed = Counter(
             "flux_kafka_idle_connections_closed",
             "Kafka connections closed for having nothing to do for broker.connections_max_idle_ms",
+            ["listener"],
+            registry=self.registry,
+        )
+        # Kafka's connection-count per listener; the HTTP port is listener "http-port". Each
+        # listener's gauge reads its server (set_function) when scraped.
+        self.connections = Gauge(
+            "flux_connections",
+            "connections open on each listener (each Kafka listener by name, the HTTP port as "
+            "http-port, which also carries other brokers' replication and forwarding)",
+            ["listener"],
+            registry=self.registry,
+        )
+        self.connections_refused = Counter(
+            "flux_connections_refused",
+            "connections closed on accept because their listener had broker.max_connections open",
             ["listener"],
             registry=self.registry,
         )

@@ -16,15 +16,20 @@ from typing import Any, Protocol
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from ..connection_limit import ConnectionLimit
 from ..replication.session import FetchSession, SessionOverflowError
 from ..replication.wire import ReplicationWireError, decode_fetch_request, encode_fetch_response
 from .malformed import MalformedRequestLog
 
-__all__ = ["BrokerHttpServer"]
+__all__ = ["HTTP_LISTENER", "BrokerHttpServer"]
 
 log = logging.getLogger("flux.cluster.http")
 
 MAX_REQUEST_BYTES = 4 << 20
+
+#: The HTTP port's name where listeners are named (metrics, logs): never a Kafka listener's
+#: name, which has no hyphen.
+HTTP_LISTENER = "http-port"
 
 #: Largest replication request accepted (a full request names every followed partition).
 MAX_REPLICATION_MESSAGE_BYTES = 64 << 20
@@ -43,7 +48,11 @@ class BrokerHttpServer:
     long for a request: idle after its last answer, or trickling a request's headers (aiohttp's
     keep-alive timer, which runs from the connection's start or its last answer and which no
     byte of a request short of its headers moves). A request being handled (a WebSocket, a
-    long poll) is not idle."""
+    long poll) is not idle. At most ``max_connections`` (``broker.max_connections``) are
+    served at once, clients' and other brokers' (replication sessions, forwarding links)
+    together: one past it is closed as soon as it is accepted (``connection_limit.py``;
+    ``on_refused`` counts it). A burst accepted in one turn of the event loop is counted
+    as one, so the port may exceed the limit by up to one accept backlog (128)."""
 
     def __init__(
         self,
@@ -57,7 +66,12 @@ class BrokerHttpServer:
         middlewares: list[Any] | None = None,
         on_malformed: Callable[[], None] | None = None,
         idle_timeout_s: float = 600.0,
+        max_connections: int = 1000,
+        on_refused: Callable[[], None] | None = None,
     ) -> None:
+        self._connection_limit = ConnectionLimit(
+            HTTP_LISTENER, max_connections, log=log, on_refused=on_refused
+        )
         self._ssl_context = ssl_context
         self._idle_timeout_s = idle_timeout_s
         self._middlewares = list(middlewares or [])
@@ -89,17 +103,17 @@ class BrokerHttpServer:
             keepalive_timeout=self._idle_timeout_s,
         )
         await self._runner.setup()
-        site = web.TCPSite(
-            self._runner,
-            self._host,
-            self._port,
-            reuse_address=True,
-            ssl_context=self._ssl_context,
+        site = _LimitedSite(
+            self._runner, self._host, self._port, self._connection_limit, self._ssl_context
         )
         await site.start()
-        server = site._server  # aiohttp exposes the bound sockets only through the server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]
+        self.port = site.port
+
+    @property
+    def connection_count(self) -> int:
+        """Connections open on the port (``flux_connections{listener="http-port"}``)."""
+        server = self._runner.server if self._runner is not None else None
+        return len(server.connections) if server is not None else 0
 
     async def stop(self) -> None:
         # Followers' sessions are long-lived: close them, or the runner waits for them.
@@ -167,3 +181,60 @@ class BrokerHttpServer:
 
     async def _ping(self, request: web.Request) -> web.Response:
         return web.json_response({"pong": True})
+
+
+class _LimitedSite(web.BaseSite):
+    """aiohttp's TCP site with ``limit`` applied on accept: the protocol a new connection gets
+    is the runner's request handler, or, past the limit, one that closes it at once."""
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        limit: ConnectionLimit,
+        ssl_context: Any,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host = host
+        self._port = port
+        self._limit = limit
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self._ssl_context else 'http'}://{self._host}:{self._port}"
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        await super().start()
+        self._server = await asyncio.get_running_loop().create_server(
+            self._protocol,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=True,
+        )
+
+    def _protocol(self) -> asyncio.BaseProtocol:
+        server = self._runner.server
+        assert server is not None
+        if len(server.connections) < self._limit.limit:
+            return server()
+        return _Refused(self._limit, len(server.connections))
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past the limit: counted, logged, and closed before anything is read."""
+
+    def __init__(self, limit: ConnectionLimit, open_connections: int) -> None:
+        self._limit = limit
+        self._open_connections = open_connections
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._limit.admits(self._open_connections, transport.get_extra_info("peername"))
+        transport.close()

@@ -23,6 +23,10 @@ request whose bytes stop arriving part-way counts as idle, so neither it nor its
 slot (``max_connections``) is held for ever. Clients reconnect on their next request, as they
 do with Kafka.
 
+At most ``max_connections`` connections are served at once (``broker.max_connections``,
+Kafka's ``max.connections``, per listener): one past it is closed as soon as it is accepted
+(``connection_limit.py``).
+
 A connection that sends something we cannot answer (an impossible size, an undecodable frame,
 an unknown API) is logged and closed after the responses already due; every other connection
 is unaffected.
@@ -54,6 +58,7 @@ from flux.protocol.api import (
 from flux.protocol.errors import ErrorCode, InvalidFrameError, UnsupportedVersionError
 from flux.protocol.framing import SIZE_PREFIX, read_size
 
+from ..connection_limit import ConnectionLimit
 from .sasl import FAILED_AUTHENTICATION_DELAY_S, ListenerSecurity, SaslFailure, SaslSession
 
 __all__ = ["MAX_IN_FLIGHT_REQUESTS", "Deferred", "Handler", "KafkaServer", "RequestBytesBudget"]
@@ -208,6 +213,7 @@ class KafkaServer:
         frame_read_timeout_s: float = 30.0,
         connections_max_idle_s: float = 600.0,
         on_idle_close: Callable[[], None] | None = None,
+        on_refused: Callable[[], None] | None = None,
     ) -> None:
         self._handler = handler
         self._max_idle_s = connections_max_idle_s
@@ -222,9 +228,16 @@ class KafkaServer:
         self._host = host
         self._port = port
         self._max_request_bytes = max_request_bytes
-        self._max_connections = max_connections
+        self._connection_limit = ConnectionLimit(
+            listener, max_connections, log=log, on_refused=on_refused
+        )
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def connection_count(self) -> int:
+        """Connections open on this listener (``flux_connections``)."""
+        return len(self._connections)
 
     @property
     def port(self) -> int:
@@ -262,10 +275,7 @@ class KafkaServer:
         task = asyncio.current_task()
         assert task is not None
         peer = _peer_name(writer)
-        if len(self._connections) >= self._max_connections:
-            log.warning(
-                "refusing connection from %s: %d connections open", peer, len(self._connections)
-            )
+        if not self._connection_limit.admits(len(self._connections), peer):
             writer.close()
             return
         self._connections.add(task)
