@@ -400,14 +400,23 @@ def leader_change(nodes: list[NodeProcess], topic: str, partitions: int) -> dict
         raise RuntimeError(f"broker {victim.node_id} leads no partition of {topic}")
     first_seen: list[float | None] = [None] * len(live)
     all_seen: list[float | None] = [None] * len(live)
+    shown: list[dict[int, int]] = [{} for _ in live]
+    errors: list[str | None] = [None] * len(live)
     polls: list[float] = []
 
     def watch(slot: int) -> None:
+        from confluent_kafka import KafkaException
+
         deadline = time.perf_counter() + 120
         while time.perf_counter() < deadline:
             started = time.perf_counter()
-            leaders = _leaders(watchers[slot], topic)
+            try:
+                leaders = _leaders(watchers[slot], topic)
+            except KafkaException as error:  # a call the client sent to the killed broker
+                errors[slot] = str(error)
+                continue
             polls.append(time.perf_counter() - started)
+            shown[slot] = {i: leaders.get(i, -1) for i in sorted(moved)}
             elsewhere = [i for i in moved if leaders.get(i, -1) not in (-1, victim.node_id)]
             if elsewhere and first_seen[slot] is None:
                 first_seen[slot] = started
@@ -424,7 +433,15 @@ def leader_change(nodes: list[NodeProcess], topic: str, partitions: int) -> dict
         thread.join()
     try:
         if any(t is None for t in all_seen):
-            raise TimeoutError("not every live broker showed the new leaders within 120 s")
+            behind = [
+                f"broker {node.node_id} showed leaders {shown[slot]} (last error: {errors[slot]})"
+                for slot, node in enumerate(live)
+                if all_seen[slot] is None
+            ]
+            raise TimeoutError(
+                f"not every live broker showed new leaders for the partitions broker "
+                f"{victim.node_id} led within 120 s: {'; '.join(behind)}"
+            )
         done = max(t for t in all_seen if t is not None)
         first = min(t for t in first_seen if t is not None)
         return {
