@@ -4,7 +4,7 @@ This package itself: ``node`` (node process assembly: roles, listeners, signals,
 file), ``launcher`` (start, stop and find node processes), ``config`` (the node TOML file and
 ``FLUX_`` overrides), ``topics`` (topic configs on a broker), ``open_files`` (the process's
 open-file limit, raised at start), ``connection_limit`` (``broker.max_connections`` on each
-listener, Kafka and HTTP).
+listener, Kafka and HTTP), ``log_throttle`` (one log line per interval about a flood).
 
 Subpackages, one responsibility each:
 

@@ -10,8 +10,8 @@ the node could neither open a log segment nor accept its own peers' connections.
 
 ``ConnectionLimit`` holds what is shared by the listeners' two implementations (asyncio
 streams for Kafka, aiohttp for HTTP): the decision, the count of refusals (a metric), and the
-log, one WARNING line at most every ``REFUSAL_LOG_INTERVAL_S`` (the next one says how many
-were left out), so a flood does not become a flood of log lines.
+log, one WARNING line at most every ``REFUSAL_LOG_INTERVAL_S`` (``log_throttle.py``: the next
+one says how many were left out), so a flood does not become a flood of log lines.
 
 Thread-safety: one owner, the node's event loop.
 """
@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+
+from .log_throttle import LineThrottle
 
 __all__ = ["REFUSAL_LOG_INTERVAL_S", "ConnectionLimit"]
 
@@ -47,23 +49,24 @@ class ConnectionLimit:
         self.limit = limit
         self._log = log
         self._on_refused = on_refused
-        self._clock = clock
-        self._last_line: float | None = None
-        self._left_out = 0
+        self._throttle = LineThrottle(REFUSAL_LOG_INTERVAL_S, clock)
 
     def admits(self, open_connections: int, peer: object) -> bool:
         """Whether a new connection from ``peer`` may be served, with ``open_connections``
-        already open on the listener; a refusal is counted and (rate-limited) logged."""
+        already open on the listener; a refusal is counted and logged (``refuse``)."""
         if open_connections < self.limit:
             return True
+        self.refuse(open_connections, peer)
+        return False
+
+    def refuse(self, open_connections: int, peer: object) -> None:
+        """Count a connection from ``peer`` refused with ``open_connections`` open, and log it
+        (one line per ``REFUSAL_LOG_INTERVAL_S`` at most)."""
         if self._on_refused is not None:
             self._on_refused()
-        now = self._clock()
-        if self._last_line is not None and now - self._last_line < REFUSAL_LOG_INTERVAL_S:
-            self._left_out += 1
-            return False
-        self._last_line = now
-        left_out, self._left_out = self._left_out, 0
+        left_out = self._throttle.due()
+        if left_out is None:
+            return
         more = f" ({left_out} more refused since the last such line)" if left_out else ""
         self._log.warning(
             "refusing a connection from %s on listener %s: %d connections open, the limit "
@@ -73,4 +76,3 @@ class ConnectionLimit:
             open_connections,
             more,
         )
-        return False

@@ -24,6 +24,8 @@ from typing import Any
 
 from aiohttp.http_exceptions import HttpProcessingError
 
+from ..log_throttle import LineThrottle
+
 __all__ = ["MALFORMED_LOG_INTERVAL_S", "MalformedRequestLog", "problem_of"]
 
 #: The shortest time between two log lines about malformed requests.
@@ -47,10 +49,7 @@ class MalformedRequestLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     ) -> None:
         super().__init__(logger, {})
         self._count = count
-        self._interval_s = interval_s
-        self._clock = clock
-        self._last_line: float | None = None
-        self._left_out = 0
+        self._throttle = LineThrottle(interval_s, clock)
 
     def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
         error = _exception_of(kwargs.get("exc_info"))
@@ -60,12 +59,9 @@ class MalformedRequestLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         assert isinstance(error, HttpProcessingError)
         if self._count is not None:
             self._count()
-        now = self._clock()
-        if self._last_line is not None and now - self._last_line < self._interval_s:
-            self._left_out += 1
+        left_out = self._throttle.due()
+        if left_out is None:
             return
-        self._last_line = now
-        left_out, self._left_out = self._left_out, 0
         peer = args[0] if args else None
         problem = problem_of(error)
         if len(problem) > MAX_PROBLEM_CHARS:

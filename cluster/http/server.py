@@ -223,9 +223,10 @@ class _LimitedSite(web.BaseSite):
     def _protocol(self) -> asyncio.BaseProtocol:
         server = self._runner.server
         assert server is not None
-        if len(server.connections) < self._limit.limit:
+        open_connections = len(server.connections)
+        if open_connections < self._limit.limit:
             return server()
-        return _Refused(self._limit, len(server.connections))
+        return _Refused(self._limit, open_connections)
 
 
 class _Refused(asyncio.Protocol):
@@ -236,5 +237,5 @@ class _Refused(asyncio.Protocol):
         self._open_connections = open_connections
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._limit.admits(self._open_connections, transport.get_extra_info("peername"))
+        self._limit.refuse(self._open_connections, transport.get_extra_info("peername"))
         transport.close()

@@ -73,6 +73,13 @@ def metrics_text(node: NodeProcess) -> str:
         return reply.read().decode()
 
 
+def socket_address(text: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``host:port`` address (a node's ``broker_http``, a bootstrap
+    server), for ``socket.create_connection``."""
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
 def metric_value(node: NodeProcess, name: str) -> float:
     """The sum of the samples named ``name`` in the node's /metrics, over their labels (0 when
     there is none)."""

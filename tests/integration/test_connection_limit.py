@@ -14,7 +14,7 @@ from flux.protocol.api import ApiKey
 from flux.sdk.wire import KafkaConnection
 
 from tests.integration.helpers import wait_until
-from tests.integration.http_helpers import metric_value
+from tests.integration.http_helpers import metric_value, socket_address
 
 pytestmark = pytest.mark.integration
 
@@ -26,11 +26,6 @@ HTTP = "http-port"
 @pytest.fixture
 def node(node_factory: Callable[..., NodeProcess]) -> NodeProcess:
     return node_factory(broker={"max_connections": LIMIT})
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host, int(port)
 
 
 def _closed_at_once(connection: socket.socket) -> bool:
@@ -94,7 +89,7 @@ def _metric(node: NodeProcess, name: str, listener: str) -> float:
 
 
 def test_kafka_listener_refuses_connections_past_the_limit(node: NodeProcess) -> None:
-    address = _address(node.ready["bootstrap_servers"].split(",")[0])
+    address = socket_address(node.ready["bootstrap_servers"].split(",")[0])
     held = _fill(address, _kafka_served)
     try:
         assert len(held) == LIMIT
@@ -113,7 +108,7 @@ def test_kafka_listener_refuses_connections_past_the_limit(node: NodeProcess) ->
 
 
 def test_http_port_refuses_connections_past_the_limit(node: NodeProcess) -> None:
-    address = _address(node.ready["broker_http"])
+    address = socket_address(node.ready["broker_http"])
     held = _fill(address, _http_served)
     try:
         # A single node has no peers on its HTTP port; a probe of the port may hold a slot

@@ -17,7 +17,7 @@ from flux.protocol.errors import ErrorCode
 from flux.sdk.wire import KafkaConnection
 
 from tests.integration.helpers import create_topic, fetch, wait_until
-from tests.integration.http_helpers import metric_value
+from tests.integration.http_helpers import metric_value, socket_address
 
 pytestmark = pytest.mark.integration
 
@@ -38,11 +38,6 @@ def _seconds_until_closed(connection: socket.socket) -> float:
     return time.monotonic() - started
 
 
-def _address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host, int(port)
-
-
 def _idle_closed(node: NodeProcess) -> float:
     return metric_value(node, "flux_kafka_idle_connections_closed_total")
 
@@ -58,7 +53,7 @@ def test_kafka_connections_idle_or_stalled_are_closed_and_a_long_fetch_is_not(
         took = _seconds_until_closed(conn._socket)
         assert IDLE_MS / 1000 * 0.9 < took < 10, took
     # A request that stops part-way (its size came, most of its bytes did not).
-    with socket.create_connection(_address(bootstrap.split(",")[0])) as stalled:
+    with socket.create_connection(socket_address(bootstrap.split(",")[0])) as stalled:
         stalled.sendall((100).to_bytes(4, "big") + b"\x00\x12" + b"\x00" * 8)
         assert IDLE_MS / 1000 * 0.9 < _seconds_until_closed(stalled) < 10
     # Owing an answer is not idle: a fetch that waits 2.5 s for records that never come is
@@ -102,13 +97,13 @@ def test_http_connections_idle_or_trickling_headers_are_closed(node: NodeProcess
     )
     for address, path in ports:
         # Idle after an answer.
-        with socket.create_connection(_address(address)) as idle:
+        with socket.create_connection(socket_address(address)) as idle:
             idle.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             assert b" 200 " in idle.recv(65536)
             assert IDLE_MS / 1000 * 0.9 < _seconds_until_closed(idle) < 10
         # Headers that never end (and nothing sent at all).
-        with socket.create_connection(_address(address)) as trickling:
+        with socket.create_connection(socket_address(address)) as trickling:
             trickling.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nX-Slow: ".encode())
             assert _seconds_until_closed(trickling) < 10
-        with socket.create_connection(_address(address)) as silent:
+        with socket.create_connection(socket_address(address)) as silent:
             assert _seconds_until_closed(silent) < 10
