@@ -4,10 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.flux-installed
 PYTEST_ARGS ?=
-# Two test workers per core: the suite's tests spend about half their time waiting on real
-# processes (elections, session timeouts, restarts), so one worker per core left the cores
-# idle half the run (2 cores: 23.5 min at 2 workers, 16.4 min at 4, the same CPU time).
-TEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
+# One test worker per core. The tests wait on real processes about half the time, and two per
+# core run the suite faster (2 cores: 16 min at 4 workers against 23.5 at 2, the same CPU
+# time), but at 4 workers two of four full runs had a test time out under the extra load
+# (memory-topic cleanup, a kafka-python commit mid-rebalance): `make test TEST_WORKERS=4`
+# until those waits are made robust.
+TEST_WORKERS ?= $(shell nproc)
 
 .PHONY: up down status test lint bench clean install system-deps
 
