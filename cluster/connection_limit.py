@@ -1,10 +1,11 @@
 """``broker.max_connections`` on each of a node's listeners: refusing the connections past it.
 
 A listener (each Kafka listener, and the broker's HTTP port) serves at most ``limit``
-connections at once, as Kafka's ``max.connections`` bounds each listener. A connection past
-the limit is closed as soon as it is accepted, before any byte of it is read: the client sees
-the connection closed and retries (Kafka clients back off and reconnect, HTTP clients get a
-connection error). Without the bound, a client that leaks connections, or a flood of them,
+connections at once, as Kafka's ``max.connections`` bounds each listener. On a Kafka listener a
+connection past the limit is closed as soon as it is accepted, before any byte of it is read:
+the client sees the connection closed, backs off and reconnects. The HTTP port reads its
+request line first, serves other brokers' within a reserve and answers clients ``503``
+(``http/server.py``). Without the bound, a client that leaks connections, or a flood of them,
 would hold one file descriptor each until the process ran out (``open_files.py``), and then
 the node could neither open a log segment nor accept its own peers' connections.
 

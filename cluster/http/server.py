@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..connection_limit import ConnectionLimit
 from ..replication.session import FetchSession, SessionOverflowError
 from ..replication.wire import ReplicationWireError, decode_fetch_request, encode_fetch_response
+from .auth import NODE_PREFIXES
 from .malformed import MalformedRequestLog
 
 __all__ = ["HTTP_LISTENER", "BrokerHttpServer"]
@@ -30,6 +31,17 @@ MAX_REQUEST_BYTES = 4 << 20
 #: The HTTP port's name where listeners are named (metrics, logs): never a Kafka listener's
 #: name, which has no hyphen.
 HTTP_LISTENER = "http-port"
+
+#: Connections past ``broker.max_connections`` that the HTTP port still serves for other
+#: brokers (replication sessions, forwarding links and internal requests: a few per peer).
+PEER_RESERVE = 64
+#: Connections past the limit whose first request line is being read, at most; more are
+#: closed on accept.
+SCREENING_MAX = 32
+#: How long a connection past the limit has to send its request line.
+SCREENING_TIMEOUT_S = 5.0
+#: Longest request line read past the limit (aiohttp's own bound on a line).
+SCREENING_MAX_LINE = 8190
 
 #: Largest replication request accepted (a full request names every followed partition).
 MAX_REPLICATION_MESSAGE_BYTES = 64 << 20
@@ -49,10 +61,13 @@ class BrokerHttpServer:
     keep-alive timer, which runs from the connection's start or its last answer and which no
     byte of a request short of its headers moves). A request being handled (a WebSocket, a
     long poll) is not idle. At most ``max_connections`` (``broker.max_connections``) are
-    served at once, clients' and other brokers' (replication sessions, forwarding links)
-    together: one past it is closed as soon as it is accepted (``connection_limit.py``;
-    ``on_refused`` counts it). A burst accepted in one turn of the event loop is counted
-    as one, so the port may exceed the limit by up to one accept backlog (128)."""
+    served at once (``connection_limit.py``; ``on_refused`` counts each refusal). Past it, a
+    connection's first request line is read (``_Screening``): another broker's (a path under
+    ``/internal/`` or ``/replication/``) is served within ``PEER_RESERVE`` more connections,
+    so a flood of clients cannot cut replication or forwarding off (Kafka exempts its
+    inter-broker listener from ``max.connections`` the same way, KIP-402); a client's is
+    answered ``503`` and closed. A burst accepted in one turn of the event loop is counted
+    as one, so the port may exceed its bound by up to one accept backlog (128)."""
 
     def __init__(
         self,
@@ -199,6 +214,8 @@ class _LimitedSite(web.BaseSite):
         self._host = host
         self._port = port
         self._limit = limit
+        #: Connections past the limit whose request line is being read (``_Screening``).
+        self.screening = 0
 
     @property
     def name(self) -> str:
@@ -226,7 +243,26 @@ class _LimitedSite(web.BaseSite):
         open_connections = len(server.connections)
         if open_connections < self._limit.limit:
             return server()
+        if self.screening < SCREENING_MAX:
+            return _Screening(self, open_connections)
         return _Refused(self._limit, open_connections)
+
+    def admit(self, transport: asyncio.Transport, received: bytes) -> None:
+        """Serve a screened connection as if accepted now: the request handler takes the
+        transport and the bytes read so far."""
+        server = self._runner.server
+        assert server is not None
+        handler = server()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        handler.data_received(received)
+
+    def peer_slot_free(self) -> bool:
+        server = self._runner.server
+        return server is not None and len(server.connections) < self._limit.limit + PEER_RESERVE
+
+    def refuse(self, open_connections: int, peer: object) -> None:
+        self._limit.refuse(open_connections, peer)
 
 
 class _Refused(asyncio.Protocol):
@@ -239,3 +275,74 @@ class _Refused(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._limit.refuse(self._open_connections, transport.get_extra_info("peername"))
         transport.close()
+
+
+#: What a client past the limit is answered once its request line is read.
+_LIMIT_ANSWER = (
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    b"Content-Type: application/json\r\n"
+    b"Connection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s"
+)
+_LIMIT_BODY = (
+    b'{"error": "too many connections: this broker serves broker.max_connections at once; '
+    b'retry on another connection later"}'
+)
+
+
+class _Screening(asyncio.Protocol):
+    """A connection past the limit, read up to the end of its request line: another
+    broker's is handed to the request handler (``_LimitedSite.admit``) while
+    ``PEER_RESERVE`` allows; any other is refused (counted, logged, answered ``503``), as is
+    one whose line does not come within ``SCREENING_TIMEOUT_S`` or ``SCREENING_MAX_LINE``."""
+
+    def __init__(self, site: _LimitedSite, open_connections: int) -> None:
+        self._site = site
+        self._open_connections = open_connections
+        self._received = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Counted from here: a TLS connection whose handshake fails never gets this far.
+        self._site.screening += 1
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._timer = asyncio.get_running_loop().call_later(SCREENING_TIMEOUT_S, self._refuse, b"")
+
+    def data_received(self, data: bytes) -> None:
+        if self._transport is None:
+            return  # decided already
+        self._received += data
+        end = self._received.find(b"\r\n")
+        if end < 0:
+            if len(self._received) > SCREENING_MAX_LINE:
+                self._refuse(b"")
+            return
+        parts = bytes(self._received[:end]).split(b" ")
+        path = parts[1].decode("latin-1") if len(parts) == 3 else ""
+        if path.startswith(NODE_PREFIXES) and self._site.peer_slot_free():
+            transport = self._done()
+            self._site.admit(transport, bytes(self._received))
+        else:
+            self._refuse(_LIMIT_ANSWER % (len(_LIMIT_BODY), _LIMIT_BODY))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is not None:
+            self._done()
+
+    def _refuse(self, answer: bytes) -> None:
+        transport = self._done()
+        self._site.refuse(self._open_connections, transport.get_extra_info("peername"))
+        if answer:
+            transport.write(answer)
+        transport.close()
+
+    def _done(self) -> asyncio.Transport:
+        """Stop screening: the transport, no longer this protocol's to decide on."""
+        transport = self._transport
+        assert transport is not None
+        self._transport = None
+        if self._timer is not None:
+            self._timer.cancel()
+        self._site.screening -= 1
+        return transport

@@ -41,3 +41,71 @@ def test_refusals_past_the_limit_are_counted_and_logged_at_most_once_per_interva
 def test_a_limit_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ConnectionLimit("HTTP", 0, log=logging.getLogger("test.limit"))
+
+
+def test_http_port_past_its_limit_screens_request_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the limit, the HTTP port serves a node path (within the reserve), answers a
+    client's request ``503``, and closes a connection whose request line does not come in
+    time or is too long; every screened connection stops counting once decided."""
+    import asyncio
+    import socket
+
+    import uvloop
+    from flux.cluster.http import server as http_server
+
+    monkeypatch.setattr(http_server, "SCREENING_TIMEOUT_S", 0.3)
+    # One at a time: a screening that stayed counted would leave the next closed unread.
+    monkeypatch.setattr(http_server, "SCREENING_MAX", 1)
+
+    class NoReplication:
+        def open_fetch_session(self, *args: object) -> None: ...
+
+        def close_fetch_session(self, *args: object) -> None: ...
+
+    def reply(connection: socket.socket, sent: bytes) -> bytes:
+        connection.sendall(sent)
+        received = b""
+        while chunk := connection.recv(65536):
+            received += chunk
+            if b"\r\n\r\n" in received and received.endswith(b"}"):
+                break
+        return received
+
+    def exchange(port: int, sent: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+            return reply(connection, sent)
+
+    async def scenario() -> None:
+        refused: list[int] = []
+        server = http_server.BrokerHttpServer(
+            host="127.0.0.1",
+            port=0,
+            health=lambda: {"healthy": True},
+            replication=NoReplication(),  # type: ignore[arg-type]
+            max_connections=1,
+            on_refused=lambda: refused.append(1),
+        )
+        await server.start()
+        loop = asyncio.get_running_loop()
+        held = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        try:
+            ping = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+            # ``held`` is served, and fills the port (one connection) from here on.
+            assert b" 200 " in await loop.run_in_executor(None, reply, held, ping)
+            node_path = b"GET /replication/session HTTP/1.1\r\nHost: x\r\n\r\n"
+            answer = await loop.run_in_executor(None, exchange, server.port, node_path)
+            assert answer.startswith(b"HTTP/1.1 400 ") and b"replica_id" in answer
+            answer = await loop.run_in_executor(None, exchange, server.port, ping)
+            assert answer.startswith(b"HTTP/1.1 503 ") and b"broker.max_connections" in answer
+            silent = await loop.run_in_executor(None, exchange, server.port, b"GET /ping")
+            assert silent == b""
+            endless = b"GET /" + b"x" * (http_server.SCREENING_MAX_LINE + 10)
+            assert await loop.run_in_executor(None, exchange, server.port, endless) == b""
+            answer = await loop.run_in_executor(None, exchange, server.port, ping)
+            assert answer.startswith(b"HTTP/1.1 503 ")
+            assert len(refused) == 4
+        finally:
+            held.close()
+            await server.stop()
+
+    uvloop.run(scenario())
