@@ -37,6 +37,23 @@ def _offsets(node: NodeProcess, topic: str) -> tuple[int, int]:
     return answer["log_start_offset"], answer["high_watermark"]
 
 
+def _wait_offsets(node: NodeProcess, topic: str, expected: tuple[int, int]) -> None:
+    """Wait until ``topic``'s partition 0 has ``(log start, high watermark) == expected``.
+    Cleanup gathers every group's position from every broker each round, so on a loaded
+    machine a few rounds may pass before one completes: the wait is a minute, and a timeout
+    names the offsets last seen."""
+    seen: list[tuple[int, int]] = []
+
+    def reached() -> bool:
+        seen.append(_offsets(node, topic))
+        return seen[-1] == expected
+
+    try:
+        wait_until(reached, timeout_s=60)
+    except AssertionError:
+        raise AssertionError(f"{topic}: offsets {seen[-1]}, not {expected}, after 60 s") from None
+
+
 def _commit(nodes: list[NodeProcess], group: str, topic: str, offset: int) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -74,11 +91,11 @@ def test_expired_messages_go_only_once_everyone_committed(nodes: list[NodeProces
         _commit(nodes, "slow-group", "mem-long", 10)
         wait_until(lambda: len(subscriber.acked()) == 20)
         # Past its TTL and acknowledged by the subscription, but the group is at 4: kept.
-        assert wait_until(lambda: _offsets(nodes[0], "mem-ttl") == (4, 10))
+        _wait_offsets(nodes[0], "mem-ttl", (4, 10))
         status, page = call(nodes[1], "GET", "/topics/mem-ttl/partitions/0/messages")
         assert [m["value"] for m in page["messages"]] == [f"t{i}" for i in range(4, 10)]
         _commit(nodes, "slow-group", "mem-ttl", 10)
-        assert wait_until(lambda: _offsets(nodes[0], "mem-ttl") == (10, 10))
+        _wait_offsets(nodes[0], "mem-ttl", (10, 10))
         # Cleanup ran (above) while every mem-long message is acknowledged but within its TTL.
         assert _offsets(nodes[0], "mem-long") == (0, 10)
         # The followers dropped them too (they take the leader's log start offset).
