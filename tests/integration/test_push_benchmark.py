@@ -28,6 +28,8 @@ def test_push_http_benchmark_prints_json() -> None:
             "50",
             "--batch",
             "20",
+            "--batched-messages",
+            "1000",
             "--window",
             "10",
             "--route",
