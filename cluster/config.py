@@ -360,6 +360,12 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "offsets_retention_ms": _Key(
             0, _int(0), "offsets_retention_minutes in ms when > 0 (for tests; 0 = use minutes)"
         ),
+        "transactional_id_expiration_ms": _Key(
+            604_800_000,
+            _int(1, 2**62),
+            "transactional.id.expiration.ms: a transactional id with no transaction and no "
+            "change this long is removed",
+        ),
         "offsets_retention_check_interval_ms": _Key(
             600000, _int(10), "offsets.retention.check.interval.ms: how often offsets expire"
         ),

@@ -204,6 +204,7 @@ class Node:
             producer_ids,
             peers=lambda: self.peers,
             create_topic=lambda: apis.create_transaction_topic(),
+            expiration_ms=config.broker.transactional_id_expiration_ms,
             on_marker=lambda topic, index, producer_id, commit: (
                 groups.complete_transaction(index, producer_id, commit)
                 if topic == OFFSETS_TOPIC

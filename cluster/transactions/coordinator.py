@@ -27,6 +27,15 @@ zombie) is refused there (``INVALID_PRODUCER_EPOCH``) and by this coordinator
 (``PRODUCER_FENCED``). A transaction open longer than its ``transaction.timeout.ms`` is aborted
 the same way (epoch bumped), checked every ``ABORT_CHECK_INTERVAL_S``.
 
+**Expiration** (Kafka's ``transactional.id.expiration.ms``, ``broker.
+transactional_id_expiration_ms``, 7 days by default): an id with no transaction running or
+ending (``Empty``, ``CompleteCommit``, ``CompleteAbort``) whose state has not changed for that
+long is removed: a tombstone is written to ``__transaction_state`` (acks=all), so compaction
+drops its records and a coordinator that loads the partition later does not bring it back.
+Applications that make up a transactional id per run (or per task) would otherwise grow the
+coordinators' memory and the topic for ever. A producer that comes back with an expired id
+starts afresh (a new producer id), as in Kafka. Checked with the timeouts.
+
 Transactions of one id are serialized by a lock per id. Thread-safety: one owner, the broker's
 event loop.
 """
@@ -48,7 +57,14 @@ from ..kafka.producer_ids import MAX_PRODUCER_EPOCH, ProducerIdManager, Producer
 from ..replication.partition import Partition, ProducerRejectedError
 from ..replication.peers import BrokerPeers, PeerUnavailableError
 from ..replication.replica_manager import ReplicaManager
-from .state import TxnMetadata, TxnState, decode_record, encode_record, partition_for_txn
+from .state import (
+    TxnMetadata,
+    TxnState,
+    decode_record,
+    encode_record,
+    partition_for_txn,
+    record_key,
+)
 
 __all__ = ["MARKERS_PATH", "TXN_TOPIC", "TransactionCoordinator"]
 
@@ -65,6 +81,10 @@ MARKER_RETRY_MAX_S = 2.0
 END_TXN_WAIT_S = 5.0
 #: Kafka's ``transaction.max.timeout.ms`` default (15 minutes).
 MAX_TIMEOUT_MS = 900_000
+#: Kafka's ``transactional.id.expiration.ms`` default (7 days).
+DEFAULT_EXPIRATION_MS = 7 * 24 * 3600 * 1000
+#: States in which an id may expire: no transaction running or ending.
+_EXPIRABLE = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
 Errors = ErrorCode
 
@@ -100,10 +120,13 @@ class TransactionCoordinator:
         peers: Callable[[], BrokerPeers],
         create_topic: Callable[[], Awaitable[None]],
         on_marker: Callable[[str, int, int, bool], None] | None = None,
+        expiration_ms: int = DEFAULT_EXPIRATION_MS,
     ) -> None:
         """``on_marker(topic, partition, producer id, commit)``: a marker this broker wrote
         (as the partition's leader) is replicated; the group coordinator makes the
-        transaction's offsets visible or drops them."""
+        transaction's offsets visible or drops them. ``expiration_ms``: how long an id with
+        no transaction lives on unchanged (``transactional_id_expiration_ms``)."""
+        self._expiration_ms = expiration_ms
         self._replicas = replicas
         self._on_marker = on_marker
         self._producer_ids = producer_ids
@@ -225,7 +248,11 @@ class TransactionCoordinator:
 
     async def _persist(self, partition: Partition, metadata: TxnMetadata) -> None:
         """Write ``metadata`` (acks=all); on success it is the id's state here."""
-        key, value = encode_record(metadata)
+        await self._write(partition, *encode_record(metadata))
+        self._txns[metadata.transactional_id] = metadata
+
+    async def _write(self, partition: Partition, key: bytes, value: bytes | None) -> None:
+        """Append one record to ``partition`` and wait for its in-sync replicas."""
         try:
             result = partition.append_as_leader(build_batch([(key, value, ())]))
         except (ProducerRejectedError, CorruptRecordError, OSError) as error:
@@ -242,7 +269,6 @@ class TransactionCoordinator:
             raise _Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if code != ErrorCode.NONE:
             raise _Refused(ErrorCode.NOT_COORDINATOR)
-        self._txns[metadata.transactional_id] = metadata
 
     # -- InitProducerId -----------------------------------------------------------------------
 
@@ -564,7 +590,8 @@ class TransactionCoordinator:
     # -- timeouts -----------------------------------------------------------------------------
 
     async def _abort_timed_out(self) -> None:
-        """Abort (with a bumped epoch) every transaction open past its timeout."""
+        """Abort (with a bumped epoch) every transaction open past its timeout, and remove
+        the ids expired (``expirable``)."""
         while not self._stopped and self._loaded:
             await asyncio.sleep(ABORT_CHECK_INTERVAL_S)
             now = _now_ms()
@@ -578,6 +605,34 @@ class TransactionCoordinator:
             for metadata in expired:
                 with contextlib.suppress(_Refused):
                     await self._abort_expired(metadata.transactional_id, now)
+            idle = [m.transactional_id for m in self._txns.values() if self.expirable(m, now)]
+            for transactional_id in idle:
+                with contextlib.suppress(_Refused):
+                    await self._remove_expired(transactional_id, now)
+
+    def expirable(self, metadata: TxnMetadata, now_ms: int) -> bool:
+        """Whether ``metadata``'s id has had no transaction and no change for the expiration
+        time."""
+        return (
+            metadata.state in _EXPIRABLE
+            and metadata.update_ms >= 0
+            and now_ms - metadata.update_ms >= self._expiration_ms
+        )
+
+    async def _remove_expired(self, transactional_id: str, now: int) -> None:
+        partition, _epoch = self._owner(transactional_id)
+        async with self._lock(transactional_id):
+            metadata = self._txns.get(transactional_id)
+            if metadata is None or not self.expirable(metadata, now):
+                return  # used again meanwhile
+            await self._write(partition, record_key(transactional_id), None)
+            del self._txns[transactional_id]
+            log.info(
+                "transactional id %s expired: no transaction for %d ms (producer id %d)",
+                transactional_id,
+                now - metadata.update_ms,
+                metadata.producer_id,
+            )
 
     async def _abort_expired(self, transactional_id: str, now: int) -> None:
         partition, _epoch = self._owner(transactional_id)

@@ -32,6 +32,7 @@ __all__ = [
     "decode_record",
     "encode_record",
     "partition_for_txn",
+    "record_key",
 ]
 
 _KEY_PREFIX = b"\x00\x00"
@@ -130,8 +131,13 @@ def partition_for_txn(transactional_id: str, partitions: int) -> int:
 
 
 def encode_record(metadata: TxnMetadata) -> tuple[bytes, bytes]:
-    key = _KEY_PREFIX + metadata.transactional_id.encode("utf-8")
+    key = record_key(metadata.transactional_id)
     return key, json.dumps(metadata.to_json(), separators=(",", ":")).encode()
+
+
+def record_key(transactional_id: str) -> bytes:
+    """The key of ``transactional_id``'s records (a tombstone, value None, removes the id)."""
+    return _KEY_PREFIX + transactional_id.encode("utf-8")
 
 
 def decode_record(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None]:

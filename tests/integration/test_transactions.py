@@ -345,3 +345,48 @@ def test_aborted_transactions_stay_hidden_after_a_whole_cluster_crash(cluster_fa
     nodes[1].wait_ready(60)
     assert list(nodes[0].data_dir.rglob("aborted-transactions.index"))
     wait_until(lambda: sorted(_read_all(bootstrap, {"tx-crash": 2}, "read_committed")) == before)
+
+
+def test_an_idle_transactional_id_expires_and_stays_removed_after_a_restart(
+    cluster_factory,
+) -> None:
+    """``broker.transactional_id_expiration_ms``: an id whose transaction committed and that
+    then stays idle is removed by its coordinator with a tombstone, so after every node is
+    SIGKILLed and restarted the coordinator that loads its partition finds no id there; a
+    producer with the id then starts afresh."""
+    from flux.cluster.transactions.state import partition_for_txn
+
+    nodes = cluster_factory(3, broker={"transactional_id_expiration_ms": 2000})
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    create_topic(nodes[0], "tx-expire", 1, 3)
+    producer = _producer(bootstrap, "short-lived")
+    producer.begin_transaction()
+    producer.produce("tx-expire", value=b"first")
+    producer.commit_transaction(30)
+
+    def logged(pattern: str, since: dict[int, int]) -> str | None:
+        for node in nodes:
+            with open(node.log_path, "rb") as log:
+                log.seek(since[node.node_id])
+                for line in log.read().decode(errors="replace").splitlines():
+                    if pattern in line:
+                        return line
+        return None
+
+    start = {node.node_id: 0 for node in nodes}
+    wait_until(lambda: logged("transactional id short-lived expired", start), timeout_s=30)
+    marks = {node.node_id: node.log_path.stat().st_size for node in nodes}
+    for node in nodes:
+        node.kill()
+    for node in nodes:
+        node.start()
+    for node in nodes:
+        node.wait_ready(60)
+    index = partition_for_txn("short-lived", 12)  # broker.transaction_state_partitions
+    loaded = wait_until(lambda: logged(f"coordinating __transaction_state-{index} ", marks), 60)
+    assert loaded.endswith(": 0 transactional ids loaded"), loaded
+    again = _producer(bootstrap, "short-lived")
+    again.begin_transaction()
+    again.produce("tx-expire", value=b"second")
+    again.commit_transaction(30)
+    assert sorted(_read_all(bootstrap, {"tx-expire": 1}, "read_committed")) == [b"first", b"second"]
