@@ -360,6 +360,12 @@ SCHEMA: dict[str, dict[str, _Key]] = {
         "offsets_retention_ms": _Key(
             0, _int(0), "offsets_retention_minutes in ms when > 0 (for tests; 0 = use minutes)"
         ),
+        "transaction_partition_verification_enable": _Key(
+            True,
+            _bool,
+            "transaction.partition.verification.enable: a partition leader asks the "
+            "coordinator before a producer's first transactional batch there (KIP-890)",
+        ),
         "transactional_id_expiration_ms": _Key(
             604_800_000,
             _int(1, 2**62),

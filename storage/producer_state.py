@@ -276,6 +276,10 @@ class ProducerStateManager:
         """The first offset of the oldest open transaction (None: none is open)."""
         return min(self._ongoing.values()) if self._ongoing else None
 
+    def in_transaction(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` has a transaction open here."""
+        return producer_id in self._ongoing
+
     def ongoing_transactions(self) -> dict[int, int]:
         """Open transactions: producer id -> first offset."""
         return dict(self._ongoing)

@@ -35,7 +35,7 @@ from ..groups.offsets_client import OffsetsClient, OffsetsUnavailableError
 from ..kafka.apis import KafkaApis
 from ..replication.peers import BrokerPeers
 from ..replication.replica_manager import ReplicaManager
-from ..transactions.coordinator import MARKERS_PATH
+from ..transactions.coordinator import MARKERS_PATH, VERIFY_PATH
 from .common import INTERNAL_TOPICS, HttpError, answer_closing, parse_json_object, read_body
 from .flux_api import FluxApi
 from .forward_link import LINK_PATH, ForwardLinks
@@ -157,6 +157,7 @@ class HttpApi(FluxApi, RestApi):
                 json_route(self._internal_deliveries, "internal"),
             ),
             web.post(MARKERS_PATH, json_route(self._internal_txn_markers, "internal")),
+            web.post(VERIFY_PATH, json_route(self._internal_txn_verify, "internal")),
         ]
 
     async def _internal_txn_markers(self, request: web.Request, body: dict[str, Any]) -> Any:
@@ -168,6 +169,14 @@ class HttpApi(FluxApi, RestApi):
         except (KeyError, TypeError, ValueError) as error:
             raise HttpError(400, f"malformed marker request: {error!r}") from None
         return {"errors": errors}
+
+    async def _internal_txn_verify(self, request: web.Request, body: dict[str, Any]) -> Any:
+        """A partition leader asks this transaction coordinator whether partitions are in a
+        producer's running transaction (KIP-890 part 1)."""
+        try:
+            return self._apis.verify_txn(body)
+        except (KeyError, TypeError, ValueError) as error:
+            raise HttpError(400, f"malformed verification request: {error!r}") from None
 
     def _json(
         self, handler: Callable[[web.Request, dict[str, Any]], Awaitable[Any]], route: str

@@ -9,7 +9,16 @@ on the client's listener, so the client sends the retry there without a metadata
 A partition whose replica here is offline (its log directory failed: a full disk, EIO, a
 read-only file system) is answered KAFKA_STORAGE_ERROR, and so is an append that meets the
 I/O error (it takes the directory offline: ``ReplicaManager.fail_log_directory``); nothing
-of it was acknowledged, and the client retries on the leader the controller elects next."""
+of it was acknowledged, and the client retries on the leader the controller elects next.
+
+A producer's first transactional batch of a transaction at a partition is verified with the
+transactional id's coordinator first (KIP-890 part 1, ``broker.
+transaction_partition_verification_enable``, ``TransactionCoordinator.verify``): a partition
+that was never added to the running transaction is answered ``INVALID_TXN_STATE`` and nothing
+is appended, so no transaction opens there that no marker would ever end. A coordinator that
+cannot answer yet (moving, loading, the transaction ending) is answered
+``NOT_ENOUGH_REPLICAS``, which every client retries, as Kafka maps it; a fenced producer
+``INVALID_PRODUCER_EPOCH``."""
 
 from __future__ import annotations
 
@@ -19,12 +28,13 @@ from typing import Any, Protocol
 from flux.protocol.api import RequestHeader
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.record_check import check_records
-from flux.protocol.records import iter_batches, record_keys
+from flux.protocol.records import iter_batches, parse_batch_header, record_keys
 from flux.storage import CorruptBatchError
 
 from ..replication.errors import error_code_for
 from ..replication.partition import ProducerRejectedError
 from ..replication.replica_manager import Partition
+from ..transactions.coordinator import TransactionCoordinator
 from .common import KafkaApisBase, log
 from .server import Deferred
 
@@ -49,6 +59,7 @@ class ProduceApis(KafkaApisBase):
     """Produce, served by a partition's leader."""
 
     record_validator: RecordValidator | None = None
+    _transactions: TransactionCoordinator
 
     # -- Produce ------------------------------------------------------------------------------
 
@@ -61,6 +72,10 @@ class ProduceApis(KafkaApisBase):
         targets = self._leaders_of(body)
         if self.record_validator is not None and await self._prepare_validation(targets):
             targets = self._leaders_of(body)  # it awaited: leadership may have moved
+        # Last before the appends: nothing awaits between a verification and its append.
+        unverified = await self._verify_transactions(body, targets)
+        if unverified is not None:
+            targets = self._leaders_of(body)
         new_leaders: set[int] = set()
         responses = []
         waiting: list[tuple[dict[str, Any], asyncio.Future[ErrorCode]]] = []
@@ -72,6 +87,9 @@ class ProduceApis(KafkaApisBase):
                     partition_responses.append(
                         _partition_result(index, ErrorCode.INVALID_REQUIRED_ACKS)
                     )
+                    continue
+                if unverified and (name, index) in unverified:
+                    partition_responses.append(_partition_result(index, *unverified[name, index]))
                     continue
                 if isinstance(found, ErrorCode):
                     result = _partition_result(index, found)
@@ -126,6 +144,68 @@ class ProduceApis(KafkaApisBase):
                     await validator.prepare(found.topic, records, found.config)
                     asked = True
         return asked
+
+    async def _verify_transactions(
+        self,
+        body: dict[str, Any],
+        targets: list[tuple[str, list[tuple[dict[str, Any], Partition | ErrorCode]]]],
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str]] | None:
+        """Verify with the coordinator each partition where a producer's transactional batch
+        would open a transaction (KIP-890): the refused partitions with their error and
+        message, or None when no batch needed it (nothing was awaited)."""
+        if not self._config.broker.transaction_partition_verification_enable:
+            return None
+        needed: dict[tuple[int, int], list[tuple[str, int, Partition]]] = {}
+        for name, partitions in targets:
+            for data, found in partitions:
+                records = data["records"]
+                if not isinstance(found, Partition) or not records:
+                    continue
+                try:
+                    header = parse_batch_header(records)
+                except CorruptRecordError:
+                    continue  # refused by the append's own checks
+                if not header.is_transactional or header.is_control or header.producer_id < 0:
+                    continue
+                if found.producers.in_transaction(header.producer_id):
+                    continue  # verified when its transaction began here
+                key = (header.producer_id, header.producer_epoch)
+                needed.setdefault(key, []).append((name, data["index"], found))
+        if not needed:
+            return None
+        transactional_id = body.get("transactional_id")
+        refused: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
+        for (producer_id, producer_epoch), entries in needed.items():
+            if transactional_id is None:
+                for name, index, _partition in entries:
+                    refused[name, index] = (
+                        ErrorCode.INVALID_TXN_STATE,
+                        "a transactional batch needs the request's transactional_id",
+                    )
+                continue
+            tokens = {}
+            for name, index, partition in entries:
+                tokens[name, index] = partition.txn_verifications[producer_id] = object()
+            answer = await self._transactions.verify(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                [(name, index) for name, index, _partition in entries],
+            )
+            for name, index, partition in entries:
+                guarded = partition.txn_verifications.get(producer_id) is tokens[name, index]
+                if guarded:
+                    del partition.txn_verifications[producer_id]
+                code = answer if isinstance(answer, ErrorCode) else answer[name, index]
+                if code == ErrorCode.NONE and not guarded:
+                    refused[name, index] = (
+                        ErrorCode.INVALID_TXN_STATE,
+                        f"the transaction of producer {producer_id} ended at {name}-{index} "
+                        "while the partition was verified",
+                    )
+                elif code != ErrorCode.NONE:
+                    refused[name, index] = _unverified(code, name, index, producer_id)
+        return refused
 
     def _name_current_leader(
         self, result: dict[str, Any], topic: str, index: int, new_leaders: set[int]
@@ -257,6 +337,36 @@ class ProduceApis(KafkaApisBase):
             "record_errors": [],
             "error_message": None,
         }, result.last_offset
+
+
+#: Verification errors a client should retry: the coordinator moving, loading or ending the
+#: transaction (Kafka maps them to NOT_ENOUGH_REPLICAS, retriable for every client version).
+_RETRY_VERIFICATION = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+    }
+)
+
+
+def _unverified(code: ErrorCode, topic: str, index: int, producer_id: int) -> tuple[ErrorCode, str]:
+    """The produce error and message for a partition the coordinator did not verify."""
+    if code in _RETRY_VERIFICATION:
+        return (
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            f"the transaction coordinator could not verify {topic}-{index} yet "
+            f"({code.name}): retry",
+        )
+    if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+        return ErrorCode.INVALID_PRODUCER_EPOCH, f"producer {producer_id} is fenced ({code.name})"
+    return (
+        ErrorCode.INVALID_TXN_STATE,
+        f"{topic}-{index} is not in the running transaction of producer {producer_id} "
+        f"({code.name}): add it with AddPartitionsToTxn before producing to it",
+    )
 
 
 def _invalid_records(records: bytes | memoryview) -> tuple[ErrorCode, str] | None:

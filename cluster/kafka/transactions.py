@@ -56,6 +56,21 @@ class TransactionApis(KafkaApisBase):
             },
         )
 
+    def verify_txn(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A partition leader's verification (KIP-890) at this coordinator, for the internal
+        transport: ``{"error": code}`` or ``{"errors": {"topic:partition": code}}``."""
+        answer = self._transactions.verify_here(
+            str(request["transactional_id"]),
+            int(request["producer_id"]),
+            int(request["producer_epoch"]),
+            [(str(topic), int(index)) for topic, index in request["partitions"]],
+        )
+        if isinstance(answer, ErrorCode):
+            return {"error": int(answer)}
+        return {
+            "errors": {f"{topic}:{index}": int(code) for (topic, index), code in answer.items()}
+        }
+
     async def write_txn_markers(self, request: dict[str, Any]) -> dict[str, int]:
         """WriteTxnMarkers at this broker (the internal transport's endpoint)."""
         return await self._transactions.write_markers_here(request)

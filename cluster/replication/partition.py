@@ -131,6 +131,11 @@ class Partition:
     pending_isr: frozenset[int] = frozenset()
     #: This replica's log directory failed (``go_offline``): it serves nothing until restart.
     offline: bool = False
+    #: Transaction verification in progress (KIP-890): producer id -> the token of the
+    #: verification asked for its first transactional batch here. A marker for the producer
+    #: removes it, so a verification that raced with the transaction's end is not trusted
+    #: (Kafka's ``VerificationGuard``).
+    txn_verifications: dict[int, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.high_watermark = min(
@@ -428,6 +433,7 @@ class Partition:
         batch = end_txn_marker_batch(
             producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
         )
+        self.txn_verifications.pop(producer_id, None)
         return self.append_as_leader(batch, markers=True)
 
     def _record_producers(

@@ -27,6 +27,14 @@ zombie) is refused there (``INVALID_PRODUCER_EPOCH``) and by this coordinator
 (``PRODUCER_FENCED``). A transaction open longer than its ``transaction.timeout.ms`` is aborted
 the same way (epoch bumped), checked every ``ABORT_CHECK_INTERVAL_S``.
 
+**Verification** (KIP-890 part 1, Kafka 3.6's ``transaction.partition.verification.enable``):
+a partition leader that receives a producer's first transactional batch of a transaction asks
+the id's coordinator (``verify``: here, or ``POST /internal/txn-verify``) whether the partition
+is in that producer's running transaction; a batch for a partition never added with
+AddPartitionsToTxn (a buggy client, or a zombie's late retry after its transaction ended) is
+refused instead of opening a transaction there that nothing would ever end, which would hold
+every ``read_committed`` reader of the partition back for good.
+
 **Expiration** (Kafka's ``transactional.id.expiration.ms``, ``broker.
 transactional_id_expiration_ms``, 7 days by default): an id with no transaction running or
 ending (``Empty``, ``CompleteCommit``, ``CompleteAbort``) whose state has not changed for that
@@ -66,12 +74,15 @@ from .state import (
     record_key,
 )
 
-__all__ = ["MARKERS_PATH", "TXN_TOPIC", "TransactionCoordinator"]
+__all__ = ["MARKERS_PATH", "TXN_TOPIC", "VERIFY_PATH", "TransactionCoordinator"]
 
 log = logging.getLogger("flux.cluster.transactions")
 
 TXN_TOPIC = "__transaction_state"
 MARKERS_PATH = "/internal/txn-markers"
+VERIFY_PATH = "/internal/txn-verify"
+#: How long a partition leader waits for a remote coordinator's verification.
+VERIFY_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 10.0
 LOAD_READ_BYTES = 8 << 20
 ABORT_CHECK_INTERVAL_S = 1.0
@@ -91,6 +102,13 @@ Errors = ErrorCode
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _error_code(value: Any) -> ErrorCode:
+    try:
+        return ErrorCode(int(value))
+    except (TypeError, ValueError):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 #: Errors of a ``__transaction_state`` write that leave this broker its coordinator.
@@ -586,6 +604,70 @@ class TransactionCoordinator:
             if code == ErrorCode.NONE and self._on_marker is not None:
                 self._on_marker(topic, index, producer_id, commit)
         return {name: int(code) for name, code in errors.items()}
+
+    # -- verification (KIP-890 part 1) ---------------------------------------------------------
+
+    def verify_here(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[tuple[str, int]],
+    ) -> ErrorCode | dict[tuple[str, int], ErrorCode]:
+        """Whether each partition is in the producer's running transaction: an error for the
+        whole request (``NOT_COORDINATOR``, ``INVALID_PRODUCER_ID_MAPPING``,
+        ``PRODUCER_FENCED``, ``CONCURRENT_TRANSACTIONS`` while it ends), or one per partition
+        (``NONE``, or ``INVALID_TXN_STATE`` for one not added)."""
+        try:
+            self._owner(transactional_id)
+            metadata = self._checked(transactional_id, producer_id, producer_epoch)
+        except _Refused as refused:
+            return refused.error
+        running = metadata.state is TxnState.ONGOING
+        added = set(metadata.partitions)
+        return {
+            key: ErrorCode.NONE if running and key in added else ErrorCode.INVALID_TXN_STATE
+            for key in partitions
+        }
+
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[tuple[str, int]],
+    ) -> ErrorCode | dict[tuple[str, int], ErrorCode]:
+        """``verify_here`` at the id's coordinator, this broker or another
+        (``COORDINATOR_NOT_AVAILABLE`` when it cannot be asked)."""
+        coordinator = self.coordinator_of(transactional_id)
+        if coordinator is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if coordinator == self._replicas.broker_id:
+            return self.verify_here(transactional_id, producer_id, producer_epoch, partitions)
+        request = {
+            "transactional_id": transactional_id,
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "partitions": [[topic, index] for topic, index in partitions],
+        }
+        try:
+            status, body = await self._peers().request(
+                coordinator, "POST", VERIFY_PATH, json_body=request, timeout_s=VERIFY_TIMEOUT_S
+            )
+        except PeerUnavailableError as error:
+            log.debug("verification at broker %d: %s", coordinator, error)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if status != 200 or not isinstance(body, dict):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if "error" in body:
+            return _error_code(body["error"])
+        errors = body.get("errors", {})
+        return {
+            (topic, index): _error_code(
+                errors.get(f"{topic}:{index}", ErrorCode.UNKNOWN_SERVER_ERROR)
+            )
+            for topic, index in partitions
+        }
 
     # -- timeouts -----------------------------------------------------------------------------
 

@@ -390,3 +390,74 @@ def test_an_idle_transactional_id_expires_and_stays_removed_after_a_restart(
     again.produce("tx-expire", value=b"second")
     again.commit_transaction(30)
     assert sorted(_read_all(bootstrap, {"tx-expire": 1}, "read_committed")) == [b"first", b"second"]
+
+
+def test_a_transactional_batch_for_a_partition_not_in_the_transaction_is_refused(
+    cluster_factory,
+) -> None:
+    """KIP-890 part 1: a partition leader verifies a producer's first transactional batch with
+    the id's coordinator (here on another broker). A batch for a partition never added with
+    AddPartitionsToTxn, or arriving after its transaction ended (a zombie's late send), is
+    refused with INVALID_TXN_STATE and appends nothing, so no transaction opens that would
+    hold read_committed readers back for ever; an added partition takes it."""
+    from flux.protocol.api import ApiKey
+    from flux.protocol.errors import ErrorCode
+    from flux.protocol.records import build_batch
+    from flux.sdk.wire import KafkaConnection
+
+    nodes = cluster_factory(3)
+    by_id = {node.node_id: node for node in nodes}
+    bootstrap = ",".join(node.bootstrap_servers for node in nodes)
+    create_topic(nodes[0], "tx-verify", 3, 3)
+
+    def ask(node_id: int, api: int, version: int, body: dict) -> dict:
+        with KafkaConnection.from_bootstrap(by_id[node_id].bootstrap_servers, timeout_s=10) as c:
+            return c.request(api, version, body)
+
+    def coordinator() -> int | None:
+        found = ask(nodes[0].node_id, ApiKey.FIND_COORDINATOR, 4,
+                    {"key_type": 1, "coordinator_keys": ["rogue"]})["coordinators"][0]  # fmt: skip
+        return found["node_id"] if found["error_code"] == ErrorCode.NONE else None
+
+    txn_node = wait_until(coordinator, timeout_s=60)
+
+    def init() -> dict | None:
+        answer = ask(txn_node, ApiKey.INIT_PRODUCER_ID, 4,
+                     {"transactional_id": "rogue", "transaction_timeout_ms": 60000})  # fmt: skip
+        return answer if answer["error_code"] == ErrorCode.NONE else None
+
+    initialized = wait_until(init, timeout_s=60)
+    producer_id, epoch = initialized["producer_id"], initialized["producer_epoch"]
+    leaders = {p["partition_index"]: p["leader_id"] for p in partitions(nodes[0], "tx-verify")}
+    index = next(i for i, leader in sorted(leaders.items()) if leader != txn_node)
+
+    def send(sequence: int, value: bytes) -> dict:
+        batch = build_batch([(None, value, ())], producer_id=producer_id, producer_epoch=epoch,
+                            base_sequence=sequence, is_transactional=True)  # fmt: skip
+        answer = ask(leaders[index], ApiKey.PRODUCE, 8, {
+            "transactional_id": "rogue", "acks": -1, "timeout_ms": 10000,
+            "topic_data": [{"name": "tx-verify",
+                            "partition_data": [{"index": index, "records": batch}]}],
+        })  # fmt: skip
+        return answer["responses"][0]["partition_responses"][0]
+
+    refused = send(0, b"not added")
+    assert refused["error_code"] == ErrorCode.INVALID_TXN_STATE, refused
+    assert "AddPartitionsToTxn" in refused["error_message"]
+    added = ask(txn_node, ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": "rogue", "v3_and_below_producer_id": producer_id,
+        "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": "tx-verify", "partitions": [index]}],
+    })  # fmt: skip
+    [[result]] = [t["results_by_partition"] for t in added["results_by_topic_v3_and_below"]]
+    assert result["partition_error_code"] == ErrorCode.NONE
+    taken = send(0, b"added")
+    assert (taken["error_code"], taken["base_offset"]) == (ErrorCode.NONE, 0), taken
+    ended = ask(txn_node, ApiKey.END_TXN, 3, {"transactional_id": "rogue",
+                "producer_id": producer_id, "producer_epoch": epoch, "committed": True})  # fmt: skip
+    assert ended["error_code"] == ErrorCode.NONE
+    late = send(1, b"late")
+    assert late["error_code"] == ErrorCode.INVALID_TXN_STATE, late
+    # Nothing of the refused batches is in the log, and no transaction holds readers back.
+    assert _read_all(bootstrap, {"tx-verify": 3}, "read_committed") == [b"added"]
+    assert _read_all(bootstrap, {"tx-verify": 3}, "read_uncommitted") == [b"added"]
