@@ -69,6 +69,7 @@ __all__ = [
     "decode_record_fields",
     "decode_records",
     "filter_batch",
+    "is_transactional_batch",
     "iter_batches",
     "read_varint",
     "record_bytes",
@@ -217,6 +218,14 @@ _Normalized: TypeAlias = tuple[Buffer | None, Buffer | None, Sequence[Header], i
 
 
 # -- batch header ---------------------------------------------------------------------------
+
+
+def is_transactional_batch(buf: Buffer) -> bool:
+    """Whether the batch at the start of ``buf`` has the transactional attribute (one byte
+    read: the cheap test before ``parse_batch_header``)."""
+    return len(buf) > _ATTRIBUTES_OFFSET + 1 and bool(
+        buf[_ATTRIBUTES_OFFSET + 1] & _TRANSACTIONAL_MASK
+    )
 
 
 def parse_batch_header(buf: Buffer, pos: int = 0) -> BatchHeader:

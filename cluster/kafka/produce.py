@@ -28,7 +28,12 @@ from typing import Any, Protocol
 from flux.protocol.api import RequestHeader
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.record_check import check_records
-from flux.protocol.records import iter_batches, parse_batch_header, record_keys
+from flux.protocol.records import (
+    is_transactional_batch,
+    iter_batches,
+    parse_batch_header,
+    record_keys,
+)
 from flux.storage import CorruptBatchError
 
 from ..replication.errors import error_code_for
@@ -159,7 +164,9 @@ class ProduceApis(KafkaApisBase):
         for name, partitions in targets:
             for data, found in partitions:
                 records = data["records"]
-                if not isinstance(found, Partition) or not records:
+                if not records or not is_transactional_batch(records):
+                    continue
+                if not isinstance(found, Partition):
                     continue
                 try:
                     header = parse_batch_header(records)

@@ -35,6 +35,7 @@ from flux.protocol.records import (
     build_batch,
     decode_record_fields,
     decode_records,
+    is_transactional_batch,
     iter_batches,
     parse_batch_header,
     reseal_crc,
@@ -714,3 +715,16 @@ def test_decode_record_fields_are_the_records_fields() -> None:
 def test_build_batch_rejects_five_tuples() -> None:
     with pytest.raises(TypeError):
         build_batch([(None, b"v", (), None, "extra")])  # type: ignore[list-item]
+
+
+def test_is_transactional_batch_reads_the_attribute_alone() -> None:
+    transactional = build_batch(
+        [(None, b"x", ())], producer_id=1, producer_epoch=0, base_sequence=0,
+        is_transactional=True,
+    )  # fmt: skip
+    assert is_transactional_batch(transactional)
+    assert parse_batch_header(transactional).is_transactional
+    idempotent = build_batch([(None, b"x", ())], producer_id=1, producer_epoch=0, base_sequence=0)
+    assert not is_transactional_batch(idempotent)
+    assert not is_transactional_batch(build_batch([(None, b"x", ())]))
+    assert not is_transactional_batch(transactional[:22]) and not is_transactional_batch(b"")
