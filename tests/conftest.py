@@ -23,7 +23,9 @@ PORT_WINDOWS = 8
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    # A run without xdist takes the last window, so a developer's single test does not pick
+    # the ports of worker gw0 of a whole suite running on the same machine.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", f"gw{PORT_WINDOWS - 1}")
     slot = int(worker[2:]) if worker[2:].isdigit() else 0
     low, high = port_window(slot, PORT_WINDOWS)
     os.environ[PORT_WINDOW_ENV] = f"{low}-{high}"
