@@ -54,7 +54,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from flux.controller.image import MetadataImage
@@ -153,7 +153,8 @@ class TransactionCoordinator:
         #: partition index -> its coordinator epoch (the partition's leader epoch at load).
         self._loaded: dict[int, int] = {}
         self._txns: dict[str, TxnMetadata] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        #: transactional id -> its lock and how many hold or wait for it (``_lock``).
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._completions: dict[str, asyncio.Task[None]] = {}
         self._timeouts: asyncio.Task[None] | None = None
         self._stopped = False
@@ -261,8 +262,23 @@ class TransactionCoordinator:
             raise _Refused(ErrorCode.NOT_COORDINATOR)
         return partition, self._loaded[index]
 
-    def _lock(self, transactional_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(transactional_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _lock(self, transactional_id: str) -> AsyncIterator[None]:
+        """Hold the id's lock (its operations are serialized). The lock is dropped once nobody
+        holds or waits for it, so ids that come and go (expired ones) leave nothing behind."""
+        lock, users = self._locks.get(transactional_id, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[transactional_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            users = self._locks[transactional_id][1] - 1
+            if users:
+                self._locks[transactional_id] = (lock, users)
+            else:
+                del self._locks[transactional_id]
 
     async def _persist(self, partition: Partition, metadata: TxnMetadata) -> None:
         """Write ``metadata`` (acks=all); on success it is the id's state here."""

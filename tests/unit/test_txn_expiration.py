@@ -83,6 +83,7 @@ def test_idle_ids_expire_with_a_tombstone_and_busy_or_recent_ones_stay() -> None
         for name in [m.transactional_id for m in ids]:
             await coordinator._remove_expired(name, NOW)
         assert sorted(coordinator._txns) == ["ending", "recent", "running"]
+        assert coordinator._locks == {}  # no lock is kept for an id nobody uses
         assert [decode_record(key, value) for key, value in partition.records] == [
             ("idle-empty", None),
             ("idle-committed", None),
@@ -92,5 +93,34 @@ def test_idle_ids_expire_with_a_tombstone_and_busy_or_recent_ones_stay() -> None
         with pytest.raises(_Refused) as refused:
             coordinator._checked("idle-empty", 7, 0)
         assert refused.value.error == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+    asyncio.run(run())
+
+
+def test_an_ids_lock_serializes_its_users_and_is_dropped_after_the_last() -> None:
+    async def run() -> None:
+        coordinator = _coordinator(_Partition())
+        order: list[str] = []
+
+        async def use(name: str, release: asyncio.Event | None) -> None:
+            async with coordinator._lock("app"):
+                order.append(f"{name} in")
+                if release is not None:
+                    await release.wait()
+                order.append(f"{name} out")
+
+        release = asyncio.Event()
+        first = asyncio.create_task(use("first", release))
+        await asyncio.sleep(0)
+        second = asyncio.create_task(use("second", None))
+        third = asyncio.create_task(use("third", None))
+        await asyncio.sleep(0)
+        assert coordinator._locks["app"][1] == 3  # one holds, two wait
+        third.cancel()  # a waiter that gives up counts no more
+        await asyncio.gather(third, return_exceptions=True)
+        release.set()
+        await asyncio.gather(first, second)
+        assert order == ["first in", "first out", "second in", "second out"]
+        assert coordinator._locks == {}
 
     asyncio.run(run())
