@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -86,6 +87,8 @@ VERIFY_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 10.0
 LOAD_READ_BYTES = 8 << 20
 ABORT_CHECK_INTERVAL_S = 1.0
+#: When an abort or expiration could not be written, it is tried again this much later.
+ABORT_RETRY_MS = 1000
 MARKER_RETRY_MIN_S = 0.05
 MARKER_RETRY_MAX_S = 2.0
 #: How long EndTxn waits for the markers before answering (the decision is written already).
@@ -153,6 +156,11 @@ class TransactionCoordinator:
         #: partition index -> its coordinator epoch (the partition's leader epoch at load).
         self._loaded: dict[int, int] = {}
         self._txns: dict[str, TxnMetadata] = {}
+        #: When something may fall due for an id (its transaction's timeout, its expiration):
+        #: ``(due ms, id)`` entries, the valid one of each id also in ``_due_at``. The check
+        #: each second looks at what is due, not at every id.
+        self._due: list[tuple[int, str]] = []
+        self._due_at: dict[str, int] = {}
         #: transactional id -> its lock and how many hold or wait for it (``_lock``).
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._completions: dict[str, asyncio.Task[None]] = {}
@@ -222,8 +230,9 @@ class TransactionCoordinator:
         for transactional_id, metadata in loaded.items():
             if metadata is None:
                 self._txns.pop(transactional_id, None)
+                self._due_at.pop(transactional_id, None)
                 continue
-            self._txns[transactional_id] = metadata
+            self._set(metadata)
             if metadata.state.preparing:
                 self._complete_later(metadata)
         log.info(
@@ -240,6 +249,7 @@ class TransactionCoordinator:
         self._loaded.pop(index, None)
         for transactional_id in [t for t in self._txns if self.partition_of(t) in (index, None)]:
             del self._txns[transactional_id]
+            self._due_at.pop(transactional_id, None)
             task = self._completions.pop(transactional_id, None)
             if task is not None:
                 task.cancel()
@@ -283,7 +293,34 @@ class TransactionCoordinator:
     async def _persist(self, partition: Partition, metadata: TxnMetadata) -> None:
         """Write ``metadata`` (acks=all); on success it is the id's state here."""
         await self._write(partition, *encode_record(metadata))
-        self._txns[metadata.transactional_id] = metadata
+        self._set(metadata)
+
+    def _set(self, metadata: TxnMetadata) -> None:
+        """Make ``metadata`` its id's state here, and schedule what may fall due for it."""
+        transactional_id = metadata.transactional_id
+        self._txns[transactional_id] = metadata
+        due = self._due_ms(metadata)
+        if due is None:
+            self._due_at.pop(transactional_id, None)
+        else:
+            self._schedule(transactional_id, due)
+
+    def _due_ms(self, metadata: TxnMetadata) -> int | None:
+        """When the id's transaction times out (running) or the id expires (no transaction),
+        None if neither can happen in its state."""
+        if metadata.state is TxnState.ONGOING and metadata.start_ms >= 0:
+            return metadata.start_ms + metadata.timeout_ms + 1
+        if metadata.state in _EXPIRABLE and metadata.update_ms >= 0:
+            return metadata.update_ms + self._expiration_ms
+        return None
+
+    def _schedule(self, transactional_id: str, due_ms: int) -> None:
+        self._due_at[transactional_id] = due_ms
+        heapq.heappush(self._due, (due_ms, transactional_id))
+        if len(self._due) > 2 * len(self._due_at) + 64:
+            # Mostly superseded entries (each state change adds one): keep the valid ones.
+            self._due = [(due, tid) for tid, due in self._due_at.items()]
+            heapq.heapify(self._due)
 
     async def _write(self, partition: Partition, key: bytes, value: bytes | None) -> None:
         """Append one record to ``partition`` and wait for its in-sync replicas."""
@@ -688,25 +725,35 @@ class TransactionCoordinator:
     # -- timeouts -----------------------------------------------------------------------------
 
     async def _abort_timed_out(self) -> None:
-        """Abort (with a bumped epoch) every transaction open past its timeout, and remove
-        the ids expired (``expirable``)."""
+        """Every ``ABORT_CHECK_INTERVAL_S``: abort (with a bumped epoch) each transaction open
+        past its timeout, and remove each id expired (``expirable``), looking only at the ids
+        whose time came (``_due``)."""
         while not self._stopped and self._loaded:
             await asyncio.sleep(ABORT_CHECK_INTERVAL_S)
             now = _now_ms()
-            expired = [
-                m
-                for m in self._txns.values()
-                if m.state is TxnState.ONGOING
-                and m.start_ms >= 0
-                and now > m.start_ms + m.timeout_ms
-            ]
-            for metadata in expired:
+            due: list[str] = []
+            while self._due and self._due[0][0] <= now:
+                at, transactional_id = heapq.heappop(self._due)
+                if self._due_at.get(transactional_id) == at:
+                    del self._due_at[transactional_id]
+                    due.append(transactional_id)
+            for transactional_id in due:
+                metadata = self._txns.get(transactional_id)
+                if metadata is None:
+                    continue
                 with contextlib.suppress(_Refused):
-                    await self._abort_expired(metadata.transactional_id, now)
-            idle = [m.transactional_id for m in self._txns.values() if self.expirable(m, now)]
-            for transactional_id in idle:
-                with contextlib.suppress(_Refused):
-                    await self._remove_expired(transactional_id, now)
+                    if metadata.state is TxnState.ONGOING:
+                        await self._abort_expired(transactional_id, now)
+                    elif self.expirable(metadata, now):
+                        await self._remove_expired(transactional_id, now)
+                metadata = self._txns.get(transactional_id)
+                if (
+                    metadata is not None
+                    and transactional_id not in self._due_at
+                    and (when := self._due_ms(metadata)) is not None
+                ):
+                    # Not done (refused, or changed meanwhile): look again when it is due.
+                    self._schedule(transactional_id, max(when, now + ABORT_RETRY_MS))
 
     def expirable(self, metadata: TxnMetadata, now_ms: int) -> bool:
         """Whether ``metadata``'s id has had no transaction and no change for the expiration
@@ -725,6 +772,7 @@ class TransactionCoordinator:
                 return  # used again meanwhile
             await self._write(partition, record_key(transactional_id), None)
             del self._txns[transactional_id]
+            self._due_at.pop(transactional_id, None)
             log.info(
                 "transactional id %s expired: no transaction for %d ms (producer id %d)",
                 transactional_id,

@@ -21,10 +21,7 @@ from flux.cluster.transactions.coordinator import TransactionCoordinator, _Refus
 from flux.cluster.transactions.state import TxnMetadata, TxnState
 from flux.protocol.errors import ErrorCode
 
-
-class _Replicas:
-    def add_image_listener(self, listener: Any) -> None:
-        pass
+from tests.unit.txn_fakes import lone_coordinator
 
 
 class _Partition:
@@ -47,21 +44,12 @@ class _Partition:
 
 
 def _coordinator(partition: _Partition) -> TransactionCoordinator:
-    async def create_topic() -> None:
-        pass
-
-    coordinator = TransactionCoordinator(
-        _Replicas(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]  # no InitProducerId here
-        peers=lambda: None,  # type: ignore[arg-type,return-value]
-        create_topic=create_topic,
-    )
+    coordinator = lone_coordinator(partition)
 
     async def write_markers(metadata: TxnMetadata, commit: bool) -> None:
         pass  # the markers are written (their retries are their own)
 
     coordinator._write_markers = write_markers  # type: ignore[method-assign]
-    coordinator._owner = lambda transactional_id: (partition, 1)  # type: ignore[method-assign,assignment,return-value]
     return coordinator
 
 

@@ -6,6 +6,7 @@ recently, is kept; an expired id's producer is told ``INVALID_PRODUCER_ID_MAPPIN
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,13 +16,10 @@ from flux.cluster.transactions.state import TxnMetadata, TxnState, decode_record
 from flux.protocol.errors import ErrorCode
 from flux.protocol.records import decode_records
 
+from tests.unit.txn_fakes import lone_coordinator
+
 EXPIRATION_MS = 10_000
 NOW = 1_000_000_000
-
-
-class _Replicas:
-    def add_image_listener(self, listener: Any) -> None:
-        pass
 
 
 class _Partition:
@@ -44,18 +42,7 @@ class _Partition:
 
 
 def _coordinator(partition: _Partition) -> TransactionCoordinator:
-    async def create_topic() -> None:
-        pass
-
-    coordinator = TransactionCoordinator(
-        _Replicas(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        peers=lambda: None,  # type: ignore[arg-type,return-value]
-        create_topic=create_topic,
-        expiration_ms=EXPIRATION_MS,
-    )
-    coordinator._owner = lambda transactional_id: (partition, 1)  # type: ignore[method-assign,assignment,return-value]
-    return coordinator
+    return lone_coordinator(partition, expiration_ms=EXPIRATION_MS)
 
 
 def _id(name: str, state: TxnState, update_ms: int) -> TxnMetadata:
@@ -122,5 +109,52 @@ def test_an_ids_lock_serializes_its_users_and_is_dropped_after_the_last() -> Non
         await asyncio.gather(first, second)
         assert order == ["first in", "first out", "second in", "second out"]
         assert coordinator._locks == {}
+
+    asyncio.run(run())
+
+
+def test_the_periodic_check_acts_on_what_is_due_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check each interval looks at the ids whose time came: a transaction past its
+    timeout is aborted, an idle id expires, and an id changed since its entry was scheduled
+    is left alone; superseded entries do not pile up."""
+    from flux.cluster.transactions import coordinator as coordinator_module
+
+    monkeypatch.setattr(coordinator_module, "ABORT_CHECK_INTERVAL_S", 0.01)
+    now = coordinator_module._now_ms()
+
+    async def run() -> None:
+        partition = _Partition()
+        coordinator = _coordinator(partition)
+
+        async def write_markers(metadata: TxnMetadata, commit: bool) -> None:
+            pass
+
+        coordinator._write_markers = write_markers  # type: ignore[method-assign]
+        coordinator._loaded = {0: 1}
+        coordinator._set(_id("idle", TxnState.COMPLETE_COMMIT, now - EXPIRATION_MS))
+        coordinator._set(_id("recent", TxnState.EMPTY, now))
+        late = _id("late", TxnState.ONGOING, now - 70_000)
+        coordinator._set(replace(late, start_ms=now - 70_000))  # 60 s timeout: past it
+        busy = _id("busy", TxnState.COMPLETE_COMMIT, now - EXPIRATION_MS)
+        coordinator._set(busy)
+        # Used again before its entry came due: a new state, a new due time.
+        coordinator._set(replace(busy, state=TxnState.ONGOING, start_ms=now, update_ms=now))
+        for _ in range(200):
+            coordinator._set(replace(busy, state=TxnState.ONGOING, start_ms=now, update_ms=now))
+        assert len(coordinator._due) < 2 * len(coordinator._due_at) + 70
+        task = asyncio.create_task(coordinator._abort_timed_out())
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            state = coordinator._txns["late"].state
+            if "idle" not in coordinator._txns and state is TxnState.COMPLETE_ABORT:
+                break
+        coordinator._stopped = True
+        await task
+        assert "idle" not in coordinator._txns
+        assert coordinator._txns["late"].state is TxnState.COMPLETE_ABORT
+        assert coordinator._txns["late"].producer_epoch == 1  # fenced: epoch bumped
+        assert coordinator._txns["recent"].state is TxnState.EMPTY
+        assert coordinator._txns["busy"].state is TxnState.ONGOING
+        assert ("idle", None) in [decode_record(k, v) for k, v in partition.records if k]
 
     asyncio.run(run())

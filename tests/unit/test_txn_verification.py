@@ -4,30 +4,16 @@ a client acts on (retry, fenced, or not in the transaction)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from flux.cluster.kafka.produce import _unverified
 from flux.cluster.transactions.coordinator import TransactionCoordinator
 from flux.cluster.transactions.state import TxnMetadata, TxnState
 from flux.protocol.errors import ErrorCode
 
-
-class _Replicas:
-    def add_image_listener(self, listener: Any) -> None:
-        pass
+from tests.unit.txn_fakes import lone_coordinator
 
 
 def _coordinator(*ids: TxnMetadata) -> TransactionCoordinator:
-    async def create_topic() -> None:
-        pass
-
-    coordinator = TransactionCoordinator(
-        _Replicas(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        peers=lambda: None,  # type: ignore[arg-type,return-value]
-        create_topic=create_topic,
-    )
-    coordinator._owner = lambda transactional_id: (None, 1)  # type: ignore[method-assign,assignment,return-value]
+    coordinator = lone_coordinator(None)
     coordinator._txns = {m.transactional_id: m for m in ids}
     return coordinator
 
