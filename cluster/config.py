@@ -320,7 +320,8 @@ SCHEMA: dict[str, dict[str, _Key]] = {
             1000,
             _int(1),
             "max.connections per listener: connections served at once on each Kafka listener "
-            "and on the HTTP port (clients' and other brokers'); one past it is closed on accept",
+            "(one past it is closed on accept) and on the HTTP port (one past it is answered "
+            "503, other brokers' served within a reserve)",
         ),
         "connections_max_idle_ms": _Key(
             600000,

@@ -104,7 +104,8 @@ class BrokerMetrics:
         )
         self.connections_refused = Counter(
             "flux_connections_refused",
-            "connections closed on accept because their listener had broker.max_connections open",
+            "connections refused because their listener had broker.max_connections open (closed "
+            "on accept on a Kafka listener, answered 503 on the HTTP port)",
             ["listener"],
             registry=self.registry,
         )

@@ -97,6 +97,7 @@ class BrokerHttpServer:
         self._replication_sockets: set[web.WebSocketResponse] = set()
         self._routes = list(routes or [])
         self._runner: web.AppRunner | None = None
+        self._site: _LimitedSite | None = None
         # Malformed requests: one counted, rate-limited line each, not aiohttp's traceback.
         self._request_log = MalformedRequestLog(log, count=on_malformed)
         self.port = 0
@@ -122,13 +123,13 @@ class BrokerHttpServer:
             self._runner, self._host, self._port, self._connection_limit, self._ssl_context
         )
         await site.start()
+        self._site = site
         self.port = site.port
 
     @property
     def connection_count(self) -> int:
         """Connections open on the port (``flux_connections{listener="http-port"}``)."""
-        server = self._runner.server if self._runner is not None else None
-        return len(server.connections) if server is not None else 0
+        return self._site.open_connections if self._site is not None else 0
 
     async def stop(self) -> None:
         # Followers' sessions are long-lived: close them, or the runner waits for them.
@@ -200,7 +201,8 @@ class BrokerHttpServer:
 
 class _LimitedSite(web.BaseSite):
     """aiohttp's TCP site with ``limit`` applied on accept: the protocol a new connection gets
-    is the runner's request handler, or, past the limit, one that closes it at once."""
+    is the runner's request handler or, past the limit, ``_Screening`` (``_Refused``, which
+    closes it at once, when ``SCREENING_MAX`` connections are being screened already)."""
 
     def __init__(
         self,
@@ -237,10 +239,15 @@ class _LimitedSite(web.BaseSite):
             reuse_address=True,
         )
 
+    @property
+    def open_connections(self) -> int:
+        server = self._runner.server
+        return len(server.connections) if server is not None else 0
+
     def _protocol(self) -> asyncio.BaseProtocol:
         server = self._runner.server
         assert server is not None
-        open_connections = len(server.connections)
+        open_connections = self.open_connections
         if open_connections < self._limit.limit:
             return server()
         if self.screening < SCREENING_MAX:
@@ -258,8 +265,7 @@ class _LimitedSite(web.BaseSite):
         handler.data_received(received)
 
     def peer_slot_free(self) -> bool:
-        server = self._runner.server
-        return server is not None and len(server.connections) < self._limit.limit + PEER_RESERVE
+        return self.open_connections < self._limit.limit + PEER_RESERVE
 
     def refuse(self, open_connections: int, peer: object) -> None:
         self._limit.refuse(open_connections, peer)

@@ -172,7 +172,7 @@ class ProduceApis(KafkaApisBase):
                     header = parse_batch_header(records)
                 except CorruptRecordError:
                     continue  # refused by the append's own checks
-                if not header.is_transactional or header.is_control or header.producer_id < 0:
+                if header.is_control or header.producer_id < 0:
                     continue
                 if found.producers.in_transaction(header.producer_id):
                     continue  # verified when its transaction began here

@@ -229,8 +229,7 @@ class TransactionCoordinator:
         self._loaded[partition.index] = partition.leader_epoch
         for transactional_id, metadata in loaded.items():
             if metadata is None:
-                self._txns.pop(transactional_id, None)
-                self._due_at.pop(transactional_id, None)
+                self._forget(transactional_id)
                 continue
             self._set(metadata)
             if metadata.state.preparing:
@@ -248,8 +247,7 @@ class TransactionCoordinator:
     def _unload(self, index: int) -> None:
         self._loaded.pop(index, None)
         for transactional_id in [t for t in self._txns if self.partition_of(t) in (index, None)]:
-            del self._txns[transactional_id]
-            self._due_at.pop(transactional_id, None)
+            self._forget(transactional_id)
             task = self._completions.pop(transactional_id, None)
             if task is not None:
                 task.cancel()
@@ -304,6 +302,11 @@ class TransactionCoordinator:
             self._due_at.pop(transactional_id, None)
         else:
             self._schedule(transactional_id, due)
+
+    def _forget(self, transactional_id: str) -> None:
+        """No state for the id here any more (a tombstone, an expiry, an unloaded partition)."""
+        self._txns.pop(transactional_id, None)
+        self._due_at.pop(transactional_id, None)
 
     def _due_ms(self, metadata: TxnMetadata) -> int | None:
         """When the id's transaction times out (running) or the id expires (no transaction),
@@ -757,12 +760,11 @@ class TransactionCoordinator:
 
     def expirable(self, metadata: TxnMetadata, now_ms: int) -> bool:
         """Whether ``metadata``'s id has had no transaction and no change for the expiration
-        time."""
-        return (
-            metadata.state in _EXPIRABLE
-            and metadata.update_ms >= 0
-            and now_ms - metadata.update_ms >= self._expiration_ms
-        )
+        time (its due time, ``_due_ms``, has come)."""
+        if metadata.state not in _EXPIRABLE:
+            return False
+        due = self._due_ms(metadata)
+        return due is not None and now_ms >= due
 
     async def _remove_expired(self, transactional_id: str, now: int) -> None:
         partition, _epoch = self._owner(transactional_id)
@@ -771,8 +773,7 @@ class TransactionCoordinator:
             if metadata is None or not self.expirable(metadata, now):
                 return  # used again meanwhile
             await self._write(partition, record_key(transactional_id), None)
-            del self._txns[transactional_id]
-            self._due_at.pop(transactional_id, None)
+            self._forget(transactional_id)
             log.info(
                 "transactional id %s expired: no transaction for %d ms (producer id %d)",
                 transactional_id,
