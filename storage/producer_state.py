@@ -45,7 +45,10 @@ batch until its marker (a control batch: commit or abort). ``record_batch_header
 neither expiry nor the ``max_producers`` bound forgets one (a forgotten open transaction would
 make its records visible). A marker with a newer epoch than the producer's (the coordinator
 bumped it to fence a zombie, or on timeout) raises the entry's epoch, so the old epoch's
-late writes are refused with ``INVALID_EPOCH``; such an entry may hold no batches.
+late writes are refused with ``INVALID_EPOCH``; such an entry may hold no batches. Every
+marker also records the epoch of the coordinator that wrote it (``coordinator_epoch``), so
+that the leader refuses a marker from an older coordinator (Kafka's
+``TRANSACTION_COORDINATOR_FENCED``).
 The last ``COMPLETED_TXNS_TO_RETAIN`` completed transactions are remembered so that a
 truncation that removes a marker re-opens its transaction.
 
@@ -156,6 +159,8 @@ class ProducerEntry:
     last_timestamp_ms: int = -1
     #: The offset of the marker that raised ``producer_epoch`` past the batches' (-1: none).
     marker_offset: int = -1
+    #: The epoch of the coordinator that wrote the producer's last marker (-1: none seen).
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -224,6 +229,7 @@ _UNKNOWN_PRODUCER = Check(Verdict.UNKNOWN_PRODUCER)
 BatchHeaderFields = (
     tuple[int, int, int, int, int, int, int, bool]
     | tuple[int, int, int, int, int, int, int, bool, bool, int | None]
+    | tuple[int, int, int, int, int, int, int, bool, bool, int | None, int]
 )
 
 
@@ -271,6 +277,12 @@ class ProducerStateManager:
         """The producer's current epoch here (None: no state for it)."""
         entry = self._producers.get(producer_id)
         return None if entry is None else entry.producer_epoch
+
+    def coordinator_epoch_of(self, producer_id: int) -> int:
+        """The epoch of the coordinator that wrote the producer's last marker here (-1: none,
+        or no state for the producer)."""
+        entry = self._producers.get(producer_id)
+        return -1 if entry is None else entry.coordinator_epoch
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction (None: none is open)."""
@@ -375,11 +387,13 @@ class ProducerStateManager:
         is_control: bool = False,
         is_transactional: bool = False,
         control_type: int | None = None,
+        coordinator_epoch: int = -1,
     ) -> CompletedTxn | None:
         """``record`` from the fields of a v2 batch header. Every batch advances
         ``last_offset``; idempotent data batches change producer state, a transactional one
         opens its producer's transaction here, and a marker (``is_control`` with the
-        ``control_type`` of its record) ends it: the ``CompletedTxn`` is returned."""
+        ``control_type`` of its record, written by the coordinator of ``coordinator_epoch``)
+        ends it: the ``CompletedTxn`` is returned."""
         if records_count < 0 or last_offset_delta < 0:
             raise ProducerStateError(
                 f"batch at {base_offset}: records_count {records_count}, "
@@ -396,7 +410,12 @@ class ProducerStateManager:
             if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
                 return None  # another control record type: no transaction ends
             return self._end_transaction(
-                producer_id, producer_epoch, base_offset, control_type, max_timestamp
+                producer_id,
+                producer_epoch,
+                base_offset,
+                control_type,
+                max_timestamp,
+                coordinator_epoch,
             )
         if is_transactional and base_sequence < 0:
             # A coordinator's own transactional batch (offsets committed in a transaction) has
@@ -426,6 +445,7 @@ class ProducerStateManager:
         offset: int,
         control_type: int,
         timestamp_ms: int,
+        coordinator_epoch: int,
     ) -> CompletedTxn:
         first = self._ongoing.pop(producer_id, None)
         completed = CompletedTxn(
@@ -448,6 +468,8 @@ class ProducerStateManager:
             entry._check_invariants()
             while len(self._producers) > self._max_producers:
                 self._producers.popitem(last=False)
+        if coordinator_epoch >= 0:
+            entry.coordinator_epoch = coordinator_epoch
         return completed
 
     def rebuild_from(
@@ -456,7 +478,8 @@ class ProducerStateManager:
         on_completed: Callable[[CompletedTxn], None] | None = None,
     ) -> int:
         """Replay batch headers ``(producer_id, producer_epoch, base_sequence, records_count,
-        base_offset, last_offset_delta, max_timestamp, is_control)`` in log order. Batches that
+        base_offset, last_offset_delta, max_timestamp, is_control)``, optionally followed by
+        ``is_transactional, control_type`` and ``coordinator_epoch``, in log order. Batches that
         end below ``last_offset`` are already reflected and skipped, so the scan may start at
         the segment holding the snapshot point. ``on_completed`` hears of every transaction a
         replayed marker ends. Returns the number of batches replayed."""
@@ -472,7 +495,8 @@ class ProducerStateManager:
                 max_timestamp,
                 is_control,
             ) = fields[:8]
-            is_transactional, control_type = fields[8:] if len(fields) == 10 else (False, None)
+            is_transactional, control_type = fields[8:10] if len(fields) >= 10 else (False, None)
+            coordinator_epoch = fields[10] if len(fields) == 11 else -1
             last_offset = base_offset + last_offset_delta
             if last_offset < self._last_offset:
                 continue
@@ -493,6 +517,7 @@ class ProducerStateManager:
                 is_control=is_control,
                 is_transactional=is_transactional,
                 control_type=control_type,
+                coordinator_epoch=coordinator_epoch,
             )
             if completed is not None and on_completed is not None:
                 on_completed(completed)
@@ -575,6 +600,11 @@ class ProducerStateManager:
                         for b in entry.batches
                     ],
                     **({"marker_offset": entry.marker_offset} if entry.marker_offset >= 0 else {}),
+                    **(
+                        {"coordinator_epoch": entry.coordinator_epoch}
+                        if entry.coordinator_epoch >= 0
+                        else {}
+                    ),
                 }
                 for entry in self._producers.values()  # least recently recorded first
             ],
@@ -665,6 +695,7 @@ def _entry_from_json(item: Mapping[str, Any]) -> ProducerEntry:
     if entry.producer_id < 0:
         raise ValueError(f"producer id {entry.producer_id}")
     entry.marker_offset = _int(item.get("marker_offset", -1))
+    entry.coordinator_epoch = _int(item.get("coordinator_epoch", -1))
     batches = item["batches"]
     if not (1 if entry.marker_offset < 0 else 0) <= len(batches) <= NUM_BATCHES_TO_RETAIN:
         raise ValueError(f"producer {entry.producer_id} has {len(batches)} batches")

@@ -271,7 +271,7 @@ class TransactionApis(KafkaApisBase):
                             "producer_epoch": producer.producer_epoch,
                             "last_sequence": producer.last_seq if producer.batches else -1,
                             "last_timestamp": producer.last_timestamp_ms,
-                            "coordinator_epoch": -1,
+                            "coordinator_epoch": producer.coordinator_epoch,
                             "current_txn_start_offset": ongoing.get(producer_id, -1),
                         }
                         for producer_id, producer in found.producers.producers().items()

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from flux.controller.image import PartitionState
-from flux.protocol.control import control_type, end_txn_marker_batch
+from flux.protocol.control import ControlMarker, control_marker, end_txn_marker_batch
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.protocol.records import BatchHeader, build_batch, decode_records, iter_batches
 from flux.storage import AppendResult, LogDirectoryError, MemoryLog, PartitionLog
@@ -423,12 +423,21 @@ class Partition:
         """Append the commit or abort marker of ``producer_id``'s transaction (Kafka's
         WriteTxnMarkers, as this partition's leader). A marker older than the producer's
         epoch here is refused (``INVALID_PRODUCER_EPOCH``): a newer coordinator decision
-        already ended that epoch."""
+        already ended that epoch. So is a marker from a coordinator older than the one that
+        wrote the producer's last marker here (``TRANSACTION_COORDINATOR_FENCED``): that
+        coordinator lost the transaction to a newer one, whose decision stands."""
         epoch = self.producers.epoch_of(producer_id)
         if epoch is not None and producer_epoch < epoch:
             raise ProducerRejectedError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"marker of producer {producer_id} at epoch {producer_epoch} < {epoch}",
+            )
+        newest = self.producers.coordinator_epoch_of(producer_id)
+        if coordinator_epoch < newest:
+            raise ProducerRejectedError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}"
+                f" < {newest}",
             )
         batch = end_txn_marker_batch(
             producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
@@ -445,9 +454,9 @@ class Partition:
         offset = first_offset
         for header, raw in batches:
             base = header.base_offset if offset is None else offset
-            kind = None
+            marker = None
             if header.is_control and header.producer_id >= 0:
-                kind = _control_type_or_none(raw)
+                marker = _control_marker_or_none(raw)
             completed = self.producers.record_batch_header(
                 header.producer_id,
                 header.producer_epoch,
@@ -458,7 +467,8 @@ class Partition:
                 header.max_timestamp,
                 is_control=header.is_control,
                 is_transactional=header.is_transactional,
-                control_type=kind,
+                control_type=None if marker is None else marker.kind,
+                coordinator_epoch=-1 if marker is None else marker.coordinator_epoch,
             )
             if completed is not None and completed.is_aborted:
                 self.index_abort(completed)
@@ -827,11 +837,11 @@ def _without_records(raw: bytes | memoryview, drop: set[int]) -> bytes:
     return build_batch(kept, compression=header.compression)
 
 
-def _control_type_or_none(batch: bytes | memoryview) -> int | None:
-    """The control record type of a stored control batch; None (no transaction ends) when it
+def _control_marker_or_none(batch: bytes | memoryview) -> ControlMarker | None:
+    """The control record of a stored control batch; None (no transaction ends) when it
     cannot be read, which the log's own validation would have refused."""
     try:
-        return control_type(batch)
+        return control_marker(batch)
     except CorruptRecordError:
         log.warning("a control batch without a readable control record")
         return None

@@ -51,7 +51,7 @@ from flux.controller.image import (
     RoleChanges,
     TopicImage,
 )
-from flux.protocol.control import ABORT, control_type
+from flux.protocol.control import ABORT, ControlMarker, control_marker
 from flux.protocol.errors import CorruptRecordError, ErrorCode
 from flux.storage import (
     AppendResult,
@@ -536,7 +536,7 @@ class ReplicaManager:
                     info.max_timestamp,
                     info.is_control,
                     info.is_transactional,
-                    _stored_control_type(partition_log, info) if info.is_control else None,
+                    *_marker_fields(partition_log, info),
                 )
                 for info in partition_log.batch_infos(producers.last_offset)
             ),
@@ -1055,7 +1055,8 @@ def _rebuild_txn_index(partition_log: PartitionLog | MemoryLog) -> int:
             ongoing.setdefault(info.producer_id, info.base_offset)
             continue
         first = ongoing.pop(info.producer_id, info.base_offset)
-        if _stored_control_type(partition_log, info) == ABORT:
+        marker = _stored_marker(partition_log, info)
+        if marker is not None and marker.kind == ABORT:
             first_unstable = min(ongoing.values(), default=None)
             index.append(
                 AbortedTxn.ended(info.producer_id, first, info.last_offset, first_unstable)
@@ -1064,11 +1065,22 @@ def _rebuild_txn_index(partition_log: PartitionLog | MemoryLog) -> int:
     return found
 
 
-def _stored_control_type(partition_log: PartitionLog | MemoryLog, info: BatchInfo) -> int | None:
-    """The control record type of the stored control batch ``info`` (None: unreadable)."""
+def _marker_fields(
+    partition_log: PartitionLog | MemoryLog, info: BatchInfo
+) -> tuple[int | None, int]:
+    """``(control type, coordinator epoch)`` of a stored batch for the producer state's
+    replay: ``(None, -1)`` for a data batch or an unreadable control batch."""
+    marker = _stored_marker(partition_log, info) if info.is_control else None
+    return (None, -1) if marker is None else (marker.kind, marker.coordinator_epoch)
+
+
+def _stored_marker(
+    partition_log: PartitionLog | MemoryLog, info: BatchInfo
+) -> ControlMarker | None:
+    """The control record of the stored control batch ``info`` (None: unreadable)."""
     try:
         batch = partition_log.read(info.base_offset, info.size, max_offset=info.last_offset + 1)
-        return control_type(batch[: info.size])
+        return control_marker(batch[: info.size])
     except (CorruptRecordError, OffsetOutOfRangeError, OSError):
         log.warning("control batch at %d unreadable: no transaction ended there", info.base_offset)
         return None

@@ -621,6 +621,15 @@ class TransactionCoordinator:
             elif code == ErrorCode.INVALID_PRODUCER_EPOCH:
                 # A newer decision already ended this epoch there: nothing more to write.
                 written.add((topic, index))
+            elif code == ErrorCode.TRANSACTION_COORDINATOR_FENCED:
+                # A newer coordinator of the id wrote there: this broker lost the id, which
+                # the next round's ownership check sees once its image has caught up.
+                log.info(
+                    "transaction %s: marker to %s-%d fenced by a newer coordinator",
+                    metadata.transactional_id,
+                    topic,
+                    index,
+                )
         return written
 
     async def write_markers_here(self, request: dict[str, Any]) -> dict[str, int]:

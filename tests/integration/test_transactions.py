@@ -241,10 +241,19 @@ def test_admin_reads_describe_list_and_producers(cluster_factory) -> None:
         running["producer_id"],
         0,
     )
+    assert active["coordinator_epoch"] == -1  # no marker yet
     producer.commit_transaction(30)
     assert describe()["transaction_state"] == "CompleteCommit"
     assert listed(state_filters=["CompleteCommit"]) == [("admin-app", "CompleteCommit")]
-    assert producers()[0]["current_txn_start_offset"] == -1
+    [committed] = producers()
+    assert committed["current_txn_start_offset"] == -1
+    # The commit marker's writer: the leader epoch of the id's __transaction_state partition.
+    from flux.cluster.transactions.state import partition_for_txn
+
+    states = partitions(nodes[0], "__transaction_state")
+    owner = states[partition_for_txn("admin-app", len(states))]
+    assert owner["leader_id"] == coordinator
+    assert committed["coordinator_epoch"] == owner["leader_epoch"]
 
 
 def test_offsets_of_an_open_transaction_are_unstable_and_generations_are_checked(
