@@ -41,7 +41,11 @@ Each gets two compacted topics (``cleanup.policy=compact``, ``segment.bytes``
 min(2, nodes)), both created with ``min.compaction.lag.ms`` one hour, so nothing is cleanable:
 
 - ``background`` (``--background-partitions`` 8) is filled with ``--dirty-records``
-  (1,000,000) 100-byte records keyed round robin over ``--keys`` keys; at the start of the
+  (1,000,000) 100-byte records keyed round robin over ``--keys`` keys, by a producer of its
+  own whose batches are at most a quarter of a segment (``batch.size``), so that every
+  partition holds closed segments whatever the timing (one batch per partition, which a
+  producer that queued the whole fill before its first metadata answer would send, would all
+  sit in the active segment, which is never cleaned); at the start of the
   window its ``min.compaction.lag.ms`` is set to 0 (IncrementalAlterConfigs), which makes all
   its closed segments cleanable at once. Several partitions, so that the cleaner installs
   several cleans during the window (each partition is one clean) rather than one long one;
@@ -491,7 +495,7 @@ def _set_topic_config(bootstrap: str, topic: str, name: str, value: str) -> None
     admin.incremental_alter_configs([resource_])[resource_].result(timeout=30)
 
 
-def _producer(bootstrap: str) -> Any:
+def _producer(bootstrap: str, batch_bytes: int = 1_000_000) -> Any:
     from confluent_kafka import Producer
 
     return Producer(
@@ -499,7 +503,7 @@ def _producer(bootstrap: str) -> Any:
             "bootstrap.servers": bootstrap,
             "acks": "all",
             "linger.ms": 5,
-            "batch.size": 1_000_000,
+            "batch.size": batch_bytes,
             "queue.buffering.max.messages": QUEUE_RECORDS,
             "queue.buffering.max.kbytes": 1_000_000,
             "enable.idempotence": False,
@@ -600,11 +604,15 @@ def _cluster_run(args: argparse.Namespace, nodes_count: int, *, cleaner: bool) -
                 },
                 nodes_count,
             )
-            producer = _producer(bootstrap)
             _log(f"{nodes_count} node(s), cleaner {mode}: filling {background}")
-            sent, fill_s = _produce(
-                producer, background, keys, records=args.dirty_records, seconds=float("inf")
-            )
+            filler = _producer(bootstrap, batch_bytes=max(1024, args.topic_segment_bytes // 4))
+            try:
+                sent, fill_s = _produce(
+                    filler, background, keys, records=args.dirty_records, seconds=float("inf")
+                )
+            finally:
+                _close(filler)
+            producer = _producer(bootstrap)
             _log(f"filled {sent} records in {fill_s:.1f} s; warming up {measured}")
             _produce(producer, measured, keys, records=1000, seconds=float("inf"))
             before = _metrics(nodes)
