@@ -160,6 +160,14 @@ class RequestAuthorizer:
                 ("topics", "name", "partitions", "partition_index"),
                 {"timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []},
             ),
+            # Kafka also lets CLUSTER_ACTION through (the API began as broker-to-broker);
+            # Flux's followers do not use it, so only its consumer form is authorized.
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: _topic_partitions(
+                AclOperation.DESCRIBE,
+                ("topics", "topic", "partitions", "partition"),
+                ("topics", "topic", "partitions", "partition"),
+                {"leader_epoch": -1, "end_offset": -1},
+            ),
             ApiKey.DELETE_RECORDS: _topic_partitions(
                 AclOperation.DELETE,
                 ("topics", "name", "partitions", "partition_index"),

@@ -1,5 +1,10 @@
 """Fetch and ListOffsets: reads of a partition's leader up to its high watermark (long-polled
-until ``min_bytes``), and offsets by time (earliest, latest or a timestamp).
+until ``min_bytes``), and offsets by time (earliest, latest or a timestamp); and
+OffsetForLeaderEpoch, where a consumer checks its position after a leader change (KIP-320):
+the leader answers where the consumer's leader epoch ends in its log (the start of the next
+epoch it knows, or its log end for its latest), so a consumer whose position lies past that
+knows the log was truncated under it (an unclean election) and resets instead of reading
+other records at offsets it believes it read.
 
 A replica whose log directory failed answers KAFKA_STORAGE_ERROR (``partition_for_leader``),
 and so does a read that meets an I/O error (which takes the directory offline)."""
@@ -26,8 +31,39 @@ LATEST_TIMESTAMP = -1
 
 
 class FetchApis(KafkaApisBase):
-    """Fetch and ListOffsets, served by a partition's leader (ListOffsets from the debugging
-    replica id by any replica)."""
+    """Fetch, ListOffsets and OffsetForLeaderEpoch, served by a partition's leader (ListOffsets
+    from the debugging replica id by any replica)."""
+
+    # -- OffsetForLeaderEpoch -----------------------------------------------------------------
+
+    async def _offset_for_leader_epoch(
+        self, header: RequestHeader, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        topics = []
+        for topic in body["topics"]:
+            partitions = [
+                self._epoch_end_offset(topic["topic"], request) for request in topic["partitions"]
+            ]
+            topics.append({"topic": topic["topic"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    def _epoch_end_offset(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        """Kafka's ``Partition.lastOffsetForLeaderEpoch`` for a consumer: at the leader only,
+        the current leader epoch checked (``FENCED_LEADER_EPOCH`` / ``UNKNOWN_LEADER_EPOCH``);
+        the largest epoch at or below the one asked and where it ends, ``-1, -1`` when every
+        epoch the log knows is newer."""
+        index = request["partition"]
+        result = {"error_code": ErrorCode.NONE, "partition": index, "leader_epoch": -1,
+                  "end_offset": -1}  # fmt: skip
+        found = self._replicas.partition_for_leader(
+            name, index, request.get("current_leader_epoch", -1)
+        )
+        if isinstance(found, ErrorCode):
+            result["error_code"] = found
+            return result
+        epoch, end = found.epochs.end_offset_for(request["leader_epoch"], found.log_end_offset)
+        result["leader_epoch"], result["end_offset"] = epoch, end
+        return result
 
     # -- Fetch --------------------------------------------------------------------------------
 

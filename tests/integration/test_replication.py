@@ -444,3 +444,101 @@ def test_follower_with_a_corrupt_tail_truncates_and_refetches(cluster_factory) -
         node.stop()
     copies = {n.node_id: _replica_bytes(n, "mended", 0, 20) for n in nodes}
     assert len(set(copies.values())) == 1
+
+
+def _epoch_end(node: NodeProcess, topic: str, epoch: int, current: int = -1) -> dict:
+    with KafkaConnection.from_bootstrap(node.bootstrap_servers, timeout_s=10) as conn:
+        answer = conn.request(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            4,
+            {
+                "replica_id": -1,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {"partition": 0, "current_leader_epoch": current, "leader_epoch": epoch}
+                        ],
+                    }
+                ],
+            },
+        )
+    return answer["topics"][0]["partitions"][0]
+
+
+def test_offset_for_leader_epoch_across_a_leader_change(cluster_factory) -> None:
+    """OffsetForLeaderEpoch (KIP-320) at the leader: where each leader epoch ends in its log,
+    the current epoch checked, followers refusing; and a confluent-kafka consumer that read
+    up to the leader change goes on from its position after checking it there (with
+    ``auto.offset.reset=error``, a wrong answer would surface as a truncation error)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    nodes = cluster_factory(3)
+    _create(nodes[0], "epochs", [[1, 2, 3]], **{"min.insync.replicas": "2"})
+    wait_until(lambda: len(partitions(nodes[0], "epochs")[0]["isr_nodes"]) == 3)
+    first = partitions(nodes[0], "epochs")[0]
+    leader, epoch = _by_id(nodes, first["leader_id"]), first["leader_epoch"]
+    with KafkaConnection.from_bootstrap(leader.bootstrap_servers, timeout_s=10) as conn:
+        records = build_batch([(None, b"v%d" % i, ()) for i in range(5)])
+        assert produce(conn, "epochs", records, acks=-1)["error_code"] == ErrorCode.NONE
+
+    assert _epoch_end(leader, "epochs", epoch, epoch) == {
+        "error_code": ErrorCode.NONE, "partition": 0, "leader_epoch": epoch, "end_offset": 5,
+    }  # fmt: skip
+    assert _epoch_end(leader, "epochs", epoch, epoch + 1)["error_code"] == (
+        ErrorCode.UNKNOWN_LEADER_EPOCH
+    )
+    follower = next(node for node in nodes if node is not leader)
+    assert _epoch_end(follower, "epochs", epoch)["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert _epoch_end(leader, "nowhere", 0)["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ",".join(node.bootstrap_servers for node in nodes),
+            "group.id": "epochs-reader",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "topic.metadata.refresh.interval.ms": 500,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition("epochs", 0, 0)])
+        read: list[bytes] = []
+
+        def consume_until(count: int) -> bool:
+            for message in consumer.consume(num_messages=100, timeout=0.2):
+                assert message.error() is None, message.error()
+                read.append(message.value())
+            return len(read) >= count
+
+        wait_until(lambda: consume_until(5))
+
+        leader.kill()
+        survivor = follower
+        moved = wait_until(
+            lambda: (
+                (state := partitions(survivor, "epochs")[0])["leader_id"]
+                not in (-1, leader.node_id)
+                and state
+            ),
+            timeout_s=60,
+        )
+        new_leader, new_epoch = _by_id(nodes, moved["leader_id"]), moved["leader_epoch"]
+        assert new_epoch > epoch
+        with KafkaConnection.from_bootstrap(new_leader.bootstrap_servers, timeout_s=10) as conn:
+            records = build_batch([(None, b"v%d" % i, ()) for i in range(5, 8)])
+            assert produce(conn, "epochs", records, acks=-1)["error_code"] == ErrorCode.NONE
+
+        # The old epoch ends where the new one began; the new one at the log end.
+        old = _epoch_end(new_leader, "epochs", epoch, new_epoch)
+        assert (old["leader_epoch"], old["end_offset"]) == (epoch, 5)
+        new = _epoch_end(new_leader, "epochs", new_epoch, new_epoch)
+        assert (new["leader_epoch"], new["end_offset"]) == (new_epoch, 8)
+        assert _epoch_end(new_leader, "epochs", epoch, epoch)["error_code"] == (
+            ErrorCode.FENCED_LEADER_EPOCH
+        )
+
+        wait_until(lambda: consume_until(8), timeout_s=60)
+        assert read == [b"v%d" % i for i in range(8)]
+    finally:
+        consumer.close()

@@ -282,3 +282,33 @@ def test_transaction_admin_reads_and_offsets_in_transactions() -> None:
     assert foreign.refusal["topics"][0]["partitions"][0]["error_code"] == (
         ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     )
+
+
+def test_offset_for_leader_epoch_needs_describe_on_the_topic() -> None:
+    """A consumer checking its position after a leader change (KIP-320): DESCRIBE on the
+    topic (READ implies it); refused topics come back with TOPIC_AUTHORIZATION_FAILED."""
+    body = {
+        "replica_id": -1,
+        "topics": [
+            {"topic": name, "partitions": [{"partition": 0, "leader_epoch": 3}]}
+            for name in ("payments", "secret")
+        ],
+    }
+    header = _header(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4)
+    decision = _authorizer().check(header, body, "User:alice", "10.0.0.1")
+    assert [t["topic"] for t in decision.body["topics"]] == ["payments"]
+    assert decision.patch is not None
+    answer = decision.patch({"topics": []})
+    assert answer["topics"] == [
+        {
+            "topic": "secret",
+            "partitions": [
+                {
+                    "partition": 0,
+                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    "leader_epoch": -1,
+                    "end_offset": -1,
+                }
+            ],
+        }
+    ]
