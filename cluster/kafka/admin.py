@@ -29,6 +29,8 @@ __all__ = ["AdminApis"]
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 CONFIG_SOURCE_TOPIC = 1
+CONFIG_SOURCE_DYNAMIC_BROKER = 2
+CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 CONFIG_SOURCE_STATIC_BROKER = 4
 CONFIG_SOURCE_DEFAULT = 5
 CONFIG_TYPE_BOOLEAN = 1
@@ -202,10 +204,7 @@ class AdminApis(KafkaApisBase):
                 result["error_code"] = ErrorCode.INVALID_REQUEST
                 result["error_message"] = f"broker {name!r} is not this broker ({self._node_id})"
                 return result
-            entries = [
-                (key, value, CONFIG_SOURCE_STATIC_BROKER, True)
-                for key, value in self._broker_configs()
-            ]
+            entries = self._broker_entries(name)
         else:
             result["error_code"] = ErrorCode.INVALID_REQUEST
             result["error_message"] = f"resource type {kind} is not supported"
@@ -318,6 +317,29 @@ class AdminApis(KafkaApisBase):
         if kind == RESOURCE_TOPIC:
             check_storage_unchanged(current, changes, default_storage=defaults["storage"])
         return changes
+
+    def _broker_entries(self, name: str) -> list[tuple[str, str, int, bool]]:
+        """A broker resource's configs as Kafka describes them: for the cluster-wide default
+        (``""``) its dynamic overrides only; for this broker every setting with the value in
+        force, a per-broker dynamic override before a cluster-wide one before the static
+        setting (each with its source; only static ones are read-only)."""
+        defaults = dict(self._image.broker_configs.get("", ()))
+        if name == "":
+            return [
+                (key, value, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER, False)
+                for key, value in sorted(defaults.items())
+            ]
+        own = dict(self._image.broker_configs.get(name, ()))
+        static = dict(self._broker_configs())
+        entries = []
+        for key in sorted(static.keys() | defaults.keys() | own.keys()):
+            if key in own:
+                entries.append((key, own[key], CONFIG_SOURCE_DYNAMIC_BROKER, False))
+            elif key in defaults:
+                entries.append((key, defaults[key], CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER, False))
+            else:
+                entries.append((key, static[key], CONFIG_SOURCE_STATIC_BROKER, True))
+        return entries
 
     def _broker_configs(self) -> list[tuple[str, str]]:
         config = self._config

@@ -223,11 +223,43 @@ def test_per_resource_errors_in_one_request(conn) -> None:
     assert _overrides(conn, "twice") == {}
 
 
+def _broker_configs(conn: KafkaConnection, name: str) -> dict[str, tuple[str, int, bool]]:
+    """A broker resource's configs: name -> (value, config source, read-only)."""
+    answer = conn.request(
+        ApiKey.DESCRIBE_CONFIGS,
+        4,
+        {
+            "resources": [
+                {"resource_type": RESOURCE_BROKER, "resource_name": name,
+                 "configuration_keys": None}
+            ]
+        },
+    )  # fmt: skip
+    (result,) = answer["results"]
+    assert result["error_code"] == ErrorCode.NONE, result
+    return {c["name"]: (c["value"], c["config_source"], c["read_only"]) for c in result["configs"]}
+
+
 def test_broker_resources_go_to_the_controller(conn, broker) -> None:
-    (accepted,) = _alter(
-        conn, [(RESOURCE_BROKER, str(broker.node_id), {"log.cleaner.threads": "2"})]
-    )
+    own = str(broker.node_id)
+    (accepted,) = _alter(conn, [(RESOURCE_BROKER, own, {"log.cleaner.threads": "2"})])
     assert accepted["error_code"] == ErrorCode.NONE, accepted
+    (default,) = _alter(
+        conn,
+        [(RESOURCE_BROKER, "", {"log.cleaner.threads": "1", "message.max.bytes": "2000000"})],
+    )
+    assert default["error_code"] == ErrorCode.NONE, default
+    # Described as Kafka does: the cluster default shows its dynamic configs only (source 3);
+    # a broker every setting in force, its own override (2) before the default's (3) before
+    # the static setting (4, read-only).
+    assert _broker_configs(conn, "") == {
+        "log.cleaner.threads": ("1", 3, False),
+        "message.max.bytes": ("2000000", 3, False),
+    }
+    described = _broker_configs(conn, own)
+    assert described["log.cleaner.threads"] == ("2", 2, False)
+    assert described["message.max.bytes"] == ("2000000", 3, False)
+    assert described["broker.id"] == (own, 4, True)
     (bad_name,) = _alter(conn, [(RESOURCE_BROKER, "not-a-broker", {"x.y": "1"})])
     assert bad_name["error_code"] == ErrorCode.INVALID_REQUEST
     (bad_key,) = _alter(conn, [(RESOURCE_BROKER, "", {"Bad Key": "1"})])
