@@ -6,11 +6,13 @@ a Server-Sent Events stream: every ``interval_s`` one ``data:`` line holding a J
 
     {"time_ms": ..., "cluster": {brokers, fenced, partitions, under_replicated, offline,
      controller_id}, "topics": {T: {"end": sum of high watermarks, "partitions": n}},
-     "groups": {G: {"committed": sum of committed offsets, "lag": sum of lags}},
+     "groups": {G: {"committed": sum of committed offsets, "lag": sum of lags,
+                    "offsets": [[topic, partition, committed, high watermark, lag], ...]}},
      "totals": {every topic: sum of high watermarks}}   (with ?totals=true)
 
 from which the page draws its rates (the difference of two sums over the time between them)
-and lag. A topic or group that does not exist (or cannot be read now) is left out of that
+and lag; a group's ``offsets`` (its first ``MAX_LIVE_PARTITIONS`` partitions, in the order of
+``GET /groups/{g}``) keep the group page's table live. A topic or group that does not exist (or cannot be read now) is left out of that
 event. The figures come from the same code as ``GET /topics/{t}?offsets=all`` and ``GET
 /groups/{g}`` (one request to each partition leader, none per partition), so the stream adds
 no data path of its own. At most ``MAX_STREAMS`` streams at once per broker (503 beyond);
@@ -37,6 +39,8 @@ log = logging.getLogger("flux.console")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 MAX_STREAMS = 64
 MAX_NAMES_PER_STREAM = 20
+#: Partitions of a group whose offsets each event lists (the group page's table rows).
+MAX_LIVE_PARTITIONS = 1000
 
 
 class Console:
@@ -156,5 +160,15 @@ class Console:
                 "committed": sum(max(entry["committed"], 0) for entry in offsets),
                 "lag": sum(entry.get("lag") or 0 for entry in offsets),
                 "partitions": len(offsets),
+                "offsets": [
+                    [
+                        entry["topic"],
+                        entry["partition"],
+                        entry["committed"],
+                        entry.get("high_watermark"),
+                        entry.get("lag"),
+                    ]
+                    for entry in offsets[:MAX_LIVE_PARTITIONS]
+                ],
             }
         return event

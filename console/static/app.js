@@ -548,6 +548,17 @@ async function groupPage(name) {
       document.getElementById("group-rate").textContent = fmt(value);
       rateChart.push(event.time_ms, value);
     }
+    // The table's rows follow the stream too (the rows drawn with the page; a partition added
+    // since shows on the page's next opening).
+    const rows = document.querySelectorAll("#offsets tbody tr");
+    const byPartition = new Map(Array.from(rows, (row) => [row.dataset.partition, row]));
+    for (const [topic, partition, committed, end, lagged] of figures.offsets || []) {
+      const row = byPartition.get(`${topic}/${partition}`);
+      if (!row) continue;
+      row.children[2].textContent = fmt(committed);
+      row.children[3].textContent = fmt(end);
+      row.children[4].replaceChildren(h("span", { className: lagged ? "warn" : "" }, fmt(lagged)));
+    }
   });
 }
 

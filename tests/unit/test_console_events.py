@@ -68,3 +68,21 @@ def test_partition_health_is_counted_once_per_image() -> None:
     assert RestApi._partition_health(holder, image) == (3, 2, 1)  # type: ignore[arg-type]
     newer = _image([3, 3], [0, 1])  # ...a new version is a new image, counted afresh
     assert RestApi._partition_health(holder, newer) == (2, 0, 0)  # type: ignore[arg-type]
+
+
+def test_a_group_event_lists_its_partitions_up_to_the_bound() -> None:
+    from flux.console import server
+
+    class _Group(_Api):
+        async def group_offsets(self, group_id: str) -> list[dict[str, Any]]:
+            return [
+                {"topic": "t", "partition": index, "committed": 4, "high_watermark": 9, "lag": 5}
+                for index in range(server.MAX_LIVE_PARTITIONS + 5)
+            ]
+
+    event = asyncio.run(Console(_Group()).snapshot([], ["g"]))  # type: ignore[arg-type]
+    figures = event["groups"]["g"]
+    count = server.MAX_LIVE_PARTITIONS + 5
+    assert (figures["committed"], figures["lag"]) == (4 * count, 5 * count)
+    assert len(figures["offsets"]) == server.MAX_LIVE_PARTITIONS
+    assert figures["offsets"][1] == ["t", 1, 4, 9, 5]
