@@ -57,6 +57,7 @@ from flux.controller.records import (
 )
 from flux.controller.topic_rules import (
     TOPIC_CONFIG_KEYS,
+    UNDELETABLE_TOPICS,
     InvalidConfigError,
     InvalidTopicError,
     validate_topic_config,
@@ -621,11 +622,19 @@ def _resolve_topic(image: MetadataImage, name: str | None, topic_id: str | None)
 def delete_topic(
     image: MetadataImage, *, name: str | None = None, topic_id: str | None = None
 ) -> ControllerResult:
-    """Delete a topic by name or by id."""
+    """Delete a topic by name or by id (not one of ``UNDELETABLE_TOPICS``)."""
     try:
         topic = _resolve_topic(image, name, topic_id)
     except _Rejected as rejected:
         return _error(rejected.error_code, rejected.message, name=name, topic_id=topic_id)
+    if topic.name in UNDELETABLE_TOPICS:
+        return _error(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"{topic.name} is an internal topic (the cluster's group offsets or transaction "
+            "state) and cannot be deleted",
+            name=topic.name,
+            topic_id=topic.topic_id,
+        )
     return _ok([DeleteTopic(topic_id=topic.topic_id)], name=topic.name, topic_id=topic.topic_id)
 
 

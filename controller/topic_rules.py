@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "MAX_TOPIC_NAME_LENGTH",
     "CLEANUP_POLICIES",
+    "UNDELETABLE_TOPICS",
     "TOPIC_CONFIG_KEYS",
     "InvalidConfigError",
     "InvalidTopicError",
@@ -22,6 +23,12 @@ __all__ = [
 ]
 
 MAX_TOPIC_NAME_LENGTH = 249
+#: The topics holding the cluster's own state: every group's committed offsets and every
+#: transaction's state. Deleting one would lose all of it (and a recreated
+#: ``__transaction_state`` would start its coordinators' epochs over, below the epochs the
+#: partitions remember, which fence its markers), so it is refused, as Kafka's tools refuse
+#: to delete internal topics.
+UNDELETABLE_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 

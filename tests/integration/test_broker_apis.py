@@ -20,6 +20,7 @@ from tests.integration.helpers import (
     produce,
     produce_values,
     read_values,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -135,6 +136,30 @@ def test_delete_topic_removes_data_and_name_can_be_reused(conn, broker) -> None:
     assert metadata["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert create_topic(conn, "doomed") == ErrorCode.NONE
     assert read_values(conn, "doomed") == []
+
+
+def test_the_group_offsets_topic_cannot_be_deleted(conn) -> None:
+    """__consumer_offsets (created by the first FindCoordinator of a group) holds every
+    group's positions: DeleteTopics refuses it by name, naming why, and it stays."""
+    found = conn.request(ApiKey.FIND_COORDINATOR, 3, {"key": "keeper", "key_type": 0})
+    assert found["error_code"] in (ErrorCode.NONE, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    def offsets_topic() -> dict:
+        answer = conn.request(
+            ApiKey.METADATA,
+            5,
+            {"topics": [{"name": "__consumer_offsets"}], "allow_auto_topic_creation": False},
+        )
+        return answer["topics"][0]
+
+    wait_until(lambda: offsets_topic()["error_code"] == ErrorCode.NONE)
+    response = conn.request(
+        ApiKey.DELETE_TOPICS, 5, {"topic_names": ["__consumer_offsets"], "timeout_ms": 1000}
+    )
+    (refused,) = response["responses"]
+    assert refused["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert "cannot be deleted" in refused["error_message"]
+    assert offsets_topic()["error_code"] == ErrorCode.NONE
 
 
 def test_metadata_auto_create_and_topic_ids(conn, broker) -> None:

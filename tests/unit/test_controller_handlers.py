@@ -337,3 +337,19 @@ def test_alter_partitions_changes_many_partitions_in_one_command() -> None:
         partitions=[item(0, [1])] * (handlers.MAX_ALTER_PARTITIONS + 1),
     )
     assert not too_many.ok and not too_many.records
+
+
+def test_the_internal_state_topics_cannot_be_deleted() -> None:
+    image = _cluster(2)
+    for name in ("__consumer_offsets", "__transaction_state", "plain"):
+        image = _apply(image, _create(image, name=name, topic_id=f"id-{name}").records)
+    for name in ("__consumer_offsets", "__transaction_state"):
+        for result in (
+            handlers.delete_topic(image, name=name),
+            handlers.delete_topic(image, topic_id=f"id-{name}"),
+        ):
+            assert result.records == []
+            assert result.response["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION
+            assert f"{name} is an internal topic" in result.response["error_message"]
+    deleted = handlers.delete_topic(image, name="plain")
+    assert deleted.ok and len(deleted.records) == 1
