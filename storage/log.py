@@ -430,6 +430,20 @@ class _SegmentedLog:
     def _segment_index(self, offset: int) -> int:
         return max(bisect_right(self._bases, offset) - 1, 0)
 
+    def largest_timestamp(self) -> int:
+        """The largest batch timestamp of the segments holding records at or above
+        log_start_offset (-1: none); a segment that DeleteRecords cut into still counts its
+        records below the start (``offset_for_timestamp`` then finds none of them)."""
+        self._check_open()
+        return max(
+            (
+                segment.max_timestamp
+                for segment in self._segments
+                if segment.next_offset > self._log_start_offset
+            ),
+            default=-1,
+        )
+
     @_io_guarded
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, bytes] | None:
         """The first batch (at or above log_start_offset) with maxTimestamp >= timestamp_ms:

@@ -106,9 +106,9 @@ _IMPLEMENTED_APIS = (
     ApiKey.CREATE_ACLS,
     ApiKey.DELETE_ACLS,
 )
-# ListOffsets v7 adds MAX_TIMESTAMP lookups (-3); InitProducerId v5+ is for transactions 2.0.
-# OffsetFetch v8 batches groups; v7 serves every client we test.
-_VERSION_CAPS = {ApiKey.LIST_OFFSETS: 6, ApiKey.INIT_PRODUCER_ID: 4, ApiKey.OFFSET_FETCH: 7}
+# InitProducerId v5+ is for transactions 2.0. OffsetFetch v8 batches groups; v7 serves every
+# client we test.
+_VERSION_CAPS = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.OFFSET_FETCH: 7}
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
     key: (SUPPORTED_VERSIONS[key][0], min(SUPPORTED_VERSIONS[key][1], _VERSION_CAPS.get(key, 99)))
     for key in _IMPLEMENTED_APIS

@@ -28,6 +28,8 @@ __all__ = ["FetchApis"]
 EARLIEST_TIMESTAMP = -2
 DEBUGGING_REPLICA_ID = -2
 LATEST_TIMESTAMP = -1
+#: ListOffsets v7+ (KIP-734): the record with the largest timestamp.
+MAX_TIMESTAMP = -3
 
 
 class FetchApis(KafkaApisBase):
@@ -236,7 +238,7 @@ class FetchApis(KafkaApisBase):
                 result["offset"] = partition.last_stable_offset
             else:
                 result["offset"] = partition.high_watermark
-        elif timestamp < 0:
+        elif timestamp == MAX_TIMESTAMP and version < 7 or timestamp < MAX_TIMESTAMP:
             result["error_code"] = ErrorCode.INVALID_REQUEST
             return result
         else:
@@ -245,7 +247,16 @@ class FetchApis(KafkaApisBase):
                 # search stops below the last stable offset under read_committed (Kafka's
                 # lastFetchableOffset) and below the high watermark otherwise.
                 fetchable = partition.last_stable_offset if read_committed else None
-                at = self._offset_for_timestamp(partition, timestamp, fetchable)
+                if timestamp == MAX_TIMESTAMP:
+                    # The first record carrying the largest timestamp: the first at or after
+                    # it. Not readable yet (above the high watermark or last stable offset)
+                    # or cut away by DeleteRecords: none (-1), as Kafka answers.
+                    timestamp = partition.log.largest_timestamp()
+                at = (
+                    None
+                    if timestamp < 0
+                    else self._offset_for_timestamp(partition, timestamp, fetchable)
+                )
             except OSError as error:  # LogDirectoryError: the directory is offline now
                 log.error("cannot search %s-%d by time: %s", name, index, error)
                 result["error_code"] = error_code_for(error)

@@ -120,6 +120,46 @@ def test_list_offsets_earliest_latest_and_by_timestamp(conn) -> None:
     assert v0["topics"][0]["partitions"][0]["old_style_offsets"] == [15]
 
 
+def test_list_offsets_max_timestamp(conn, broker) -> None:
+    """ListOffsets v7's MAX_TIMESTAMP (-3, KIP-734), asked by confluent-kafka's AdminClient:
+    the first record carrying the largest timestamp, across batches, on a disk and a memory
+    topic; none (-1) in an empty partition; a v6 request naming it is refused."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    base = 1_700_000_000_000
+    batches = [[base + 1000, base + 2000], [base + 9000, base + 500, base + 9000], [base + 4000]]
+    for name, configs in (("peaks", {}), ("peaks-memory", {"storage": "memory"})):
+        assert create_topic(conn, name, 2, **configs) == ErrorCode.NONE
+        for stamps in batches:
+            records = build_batch([RecordSpec(None, b"v", (), stamp) for stamp in stamps])
+            assert produce(conn, name, records)["error_code"] == ErrorCode.NONE
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    asked = {
+        TopicPartition(name, index): OffsetSpec.max_timestamp()
+        for name in ("peaks", "peaks-memory")
+        for index in (0, 1)
+    }
+    answers = {
+        (tp.topic, tp.partition): future.result(timeout=30)
+        for tp, future in admin.list_offsets(asked).items()
+    }
+    for name in ("peaks", "peaks-memory"):
+        found = answers[(name, 0)]
+        assert (found.offset, found.timestamp) == (2, base + 9000), name
+        assert answers[(name, 1)].offset == -1  # nothing stored there
+    old = conn.request(
+        ApiKey.LIST_OFFSETS,
+        6,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [{"name": "peaks", "partitions": [{"partition_index": 0, "timestamp": -3}]}],
+        },
+    )
+    assert old["topics"][0]["partitions"][0]["error_code"] == ErrorCode.INVALID_REQUEST
+
+
 def test_delete_topic_removes_data_and_name_can_be_reused(conn, broker) -> None:
     assert create_topic(conn, "doomed", partitions=2) == ErrorCode.NONE
     produce_values(conn, "doomed", [b"old"])
