@@ -238,7 +238,7 @@ class FetchApis(KafkaApisBase):
                 result["offset"] = partition.last_stable_offset
             else:
                 result["offset"] = partition.high_watermark
-        elif timestamp == MAX_TIMESTAMP and version < 7 or timestamp < MAX_TIMESTAMP:
+        elif timestamp < MAX_TIMESTAMP or (timestamp == MAX_TIMESTAMP and version < 7):
             result["error_code"] = ErrorCode.INVALID_REQUEST
             return result
         else:
