@@ -15,8 +15,9 @@ and lag; a group's ``offsets`` (its first ``MAX_LIVE_PARTITIONS`` partitions, in
 ``GET /groups/{g}``) keep the group page's table live. A topic or group that does not exist
 (or cannot be read now) is left out of that event. The figures come from the same code as
 ``GET /topics/{t}?offsets=all`` and ``GET /groups/{g}`` (one request to each partition
-leader, none per partition), so the stream adds no data path of its own. At most ``MAX_STREAMS`` streams at once per broker (503 beyond);
-``close`` ends them all (the HTTP server waits for open responses when it stops).
+leader, none per partition), so the stream adds no data path of its own. At most
+``MAX_STREAMS`` streams at once per broker (503 beyond); ``close`` ends them all (the HTTP
+server waits for open responses when it stops).
 """
 
 from __future__ import annotations
